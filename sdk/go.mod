@@ -1,0 +1,3 @@
+module github.com/weirproxy/weir/sdk
+
+go 1.26

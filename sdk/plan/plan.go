@@ -1,0 +1,155 @@
+// Package plan holds the rule plan that flows from Weir's planner through its
+// hook plugins to its backends: plain values with no Kubernetes types.
+//
+// A Plan describes every service port this node proxies. Backends turn it into
+// kernel state; hook plugins may re-weight, reorder or drop endpoints and
+// change affinity, but never invent addresses.
+package plan
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Protocol is a service port's transport protocol.
+type Protocol string
+
+// The protocols a service port may use.
+const (
+	TCP  Protocol = "TCP"
+	UDP  Protocol = "UDP"
+	SCTP Protocol = "SCTP"
+)
+
+// Key names one service port: namespace, service name, port name and protocol.
+type Key struct {
+	Namespace string
+	Name      string
+	Port      string
+	Protocol  Protocol
+}
+
+// String formats the key as namespace/name:port/protocol (the port name may be empty).
+func (k Key) String() string {
+	return k.Namespace + "/" + k.Name + ":" + k.Port + "/" + string(k.Protocol)
+}
+
+// ServiceName returns the namespace/name of the service the key belongs to.
+func (k Key) ServiceName() string { return k.Namespace + "/" + k.Name }
+
+// Compare orders keys by namespace, name, port name and protocol.
+func (k Key) Compare(o Key) int {
+	if c := strings.Compare(k.Namespace, o.Namespace); c != 0 {
+		return c
+	}
+	if c := strings.Compare(k.Name, o.Name); c != 0 {
+		return c
+	}
+	if c := strings.Compare(k.Port, o.Port); c != 0 {
+		return c
+	}
+	return strings.Compare(string(k.Protocol), string(o.Protocol))
+}
+
+// Plan is the complete set of service ports this node proxies.
+type Plan struct {
+	Node     Node
+	Services map[Key]*Service
+}
+
+// Node describes the node Weir runs on.
+type Node struct {
+	Name      string
+	Zone      string
+	Addresses []netip.Addr
+	PodCIDRs  []netip.Prefix
+}
+
+// Service is one service port as this node must proxy it.
+type Service struct {
+	Key        Key
+	ClusterIPs []netip.Addr
+	Port       uint16
+	// NodePort is 0 when the service has none.
+	NodePort uint16
+	// Endpoints are the backends the port balances over, in a stable order.
+	Endpoints []Endpoint
+}
+
+// Endpoint is one backend of a service port.
+type Endpoint struct {
+	Address  netip.Addr
+	Port     uint16
+	NodeName string
+	Zone     string
+	Ready    bool
+	Serving  bool
+	// Terminating marks an endpoint whose pod is shutting down.
+	Terminating bool
+	// Local is true when the endpoint runs on this node.
+	Local bool
+	// Weight is the endpoint's share of new connections; 1 by default, 0 means drained.
+	Weight uint32
+}
+
+// AddrPort returns the endpoint's address and port.
+func (e Endpoint) AddrPort() netip.AddrPort { return netip.AddrPortFrom(e.Address, e.Port) }
+
+// Clone returns a deep copy of the plan.
+func (p *Plan) Clone() *Plan {
+	if p == nil {
+		return nil
+	}
+	c := &Plan{Node: p.Node.Clone(), Services: make(map[Key]*Service, len(p.Services))}
+	for k, s := range p.Services {
+		c.Services[k] = s.Clone()
+	}
+	return c
+}
+
+// Clone returns a deep copy of the node.
+func (n Node) Clone() Node {
+	n.Addresses = slices.Clone(n.Addresses)
+	n.PodCIDRs = slices.Clone(n.PodCIDRs)
+	return n
+}
+
+// Clone returns a deep copy of the service.
+func (s *Service) Clone() *Service {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.ClusterIPs = slices.Clone(s.ClusterIPs)
+	c.Endpoints = slices.Clone(s.Endpoints)
+	return &c
+}
+
+// Keys returns the plan's service keys in sorted order.
+func (p *Plan) Keys() []Key {
+	keys := make([]Key, 0, len(p.Services))
+	for k := range p.Services {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, Key.Compare)
+	return keys
+}
+
+// Equal reports whether two services would produce the same rules.
+func (s *Service) Equal(o *Service) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	return s.Key == o.Key && s.Port == o.Port && s.NodePort == o.NodePort &&
+		slices.Equal(s.ClusterIPs, o.ClusterIPs) && slices.Equal(s.Endpoints, o.Endpoints)
+}
+
+// TotalWeight returns the sum of the endpoints' weights.
+func (s *Service) TotalWeight() uint64 {
+	var w uint64
+	for _, e := range s.Endpoints {
+		w += uint64(e.Weight)
+	}
+	return w
+}
