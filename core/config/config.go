@@ -1,0 +1,175 @@
+// Package config loads Weir's configuration from defaults, a YAML file, WEIR_*
+// environment variables and command-line flags.
+//
+// Each layer overrides the one before it:
+//
+//	defaults < YAML file (--config or WEIR_CONFIG) < WEIR_* environment < flags
+//
+// Only flags the user actually set on the command line take part; a flag left
+// at its default never hides a value from the file or the environment.
+//
+// Load validates every key and is strict: an unknown key anywhere in the YAML
+// file, or an unknown WEIR_* environment variable, is an error, so a typo never
+// silently falls back to a default. Every error Load returns is either an
+// *Error or an errors.Join of several *Error values, one per bad key; use
+// errors.As to inspect the first. The command (cmd/weir) treats any of them as
+// a usage error and exits with status 2.
+package config
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Config is the complete, validated configuration of one Weir process.
+type Config struct {
+	// Mode selects the kernel backend: "nftables", "iptables" or "ipvs".
+	Mode string
+	// NodeName is the name of the Node object this proxy runs for, in lower case.
+	NodeName string
+	// Source says where Services, EndpointSlices and Nodes come from.
+	Source SourceConfig
+	// ClusterCIDRs are the pod network ranges; traffic from outside them to a
+	// cluster IP is masqueraded. Nil when unset.
+	ClusterCIDRs []netip.Prefix
+	// MasqueradeAll masquerades (SNATs) all traffic sent to a service IP.
+	MasqueradeAll bool
+	// NodePortAddresses selects the node addresses that accept NodePort traffic.
+	NodePortAddresses NodePortAddresses
+	// SyncPeriod is the longest time between two full syncs of kernel state.
+	SyncPeriod time.Duration
+	// MinSyncPeriod is the shortest time between two syncs, however fast
+	// changes arrive; zero syncs on every change.
+	MinSyncPeriod time.Duration
+	// MetricsBindAddress is the IP:port of the metrics server.
+	MetricsBindAddress string
+	// HealthzBindAddress is the IP:port of the /healthz and /livez server.
+	HealthzBindAddress string
+	// Log configures the process log.
+	Log LogConfig
+	// NFTables holds settings used only by the nftables backend.
+	NFTables NFTablesConfig
+	// Plugins holds the hook plugin entries exactly as written in the YAML
+	// file; they are not validated yet. Nil when unset.
+	Plugins []map[string]any
+}
+
+// SourceConfig says where Weir reads Kubernetes objects from.
+type SourceConfig struct {
+	// Kind is "files" (a folder of manifests) or "kubernetes" (an API server).
+	Kind string
+	// Path is the folder of manifests read by the files source.
+	Path string
+	// Kubeconfig is the kubeconfig file used by the kubernetes source; empty
+	// means the in-cluster service account.
+	Kubeconfig string
+}
+
+// NodePortAddresses selects which of the node's addresses accept NodePort traffic.
+//
+// The zero value (Primary false, CIDRs nil) means every local address.
+type NodePortAddresses struct {
+	// Primary restricts NodePorts to the node's primary IPs, as listed in
+	// its Node object.
+	Primary bool
+	// CIDRs restricts NodePorts to the local addresses inside these ranges.
+	CIDRs []netip.Prefix
+}
+
+// LogConfig configures the process log.
+type LogConfig struct {
+	// Format is "text" or "json".
+	Format string
+	// Level is "debug", "info", "warn" or "error".
+	Level string
+}
+
+// NFTablesConfig holds settings used only by the nftables backend.
+type NFTablesConfig struct {
+	// Table is the name of the nftables table Weir creates and owns.
+	Table string
+}
+
+// Default returns the configuration Weir uses when nothing is set.
+//
+// NodeName defaults to the host name in lower case, like kube-proxy's
+// --hostname-override; it is empty if the host name cannot be read, which
+// Load then reports as an error.
+func Default() *Config {
+	return &Config{
+		Mode:               "nftables",
+		NodeName:           defaultNodeName(),
+		Source:             SourceConfig{Kind: "files", Path: "/etc/weir/manifests"},
+		SyncPeriod:         30 * time.Second,
+		MinSyncPeriod:      time.Second,
+		MetricsBindAddress: "127.0.0.1:10249",
+		HealthzBindAddress: "0.0.0.0:10256",
+		Log:                LogConfig{Format: "text", Level: "info"},
+		NFTables:           NFTablesConfig{Table: "weir"},
+	}
+}
+
+func defaultNodeName() string {
+	name, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(strings.TrimSpace(name))
+}
+
+// Load reads and validates the configuration.
+//
+// fs must already be parsed and should carry the flags from RegisterFlags; it
+// may be nil. environ is a list of KEY=value strings like os.Environ(); only
+// the WEIR_* entries are read. The YAML file is read only when --config or
+// WEIR_CONFIG names one.
+func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
+	l := newLoader()
+	if err := l.loadDefaults(); err != nil {
+		return nil, err
+	}
+	if path := configPath(fs, environ); path != "" {
+		if err := l.loadFile(path); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.loadEnv(environ); err != nil {
+		return nil, err
+	}
+	if err := l.loadFlags(fs); err != nil {
+		return nil, err
+	}
+	c := l.decode()
+	if len(l.errs) > 0 {
+		return nil, joinErrors(l.errs)
+	}
+	return c, nil
+}
+
+// configPath returns the YAML file named by --config, else by WEIR_CONFIG.
+func configPath(fs *pflag.FlagSet, environ []string) string {
+	if fs != nil {
+		if f := fs.Lookup(configFlag); f != nil && f.Changed {
+			return f.Value.String()
+		}
+	}
+	path := ""
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, configEnv+"="); ok {
+			path = v // the last one wins, as with the other variables
+		}
+	}
+	return path
+}
+
+func joinErrors(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,287 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// bad describes a rejected value: the offending text and what would be accepted.
+type bad struct {
+	value   string
+	allowed string
+}
+
+// What each kind of key accepts, worded to follow "use" in an error message.
+const (
+	allowedPath       = "a non-empty folder path such as /etc/weir/manifests"
+	allowedKubeconfig = "a file path, or an empty string for the in-cluster service account"
+	allowedNodeName   = "a lower-case DNS name of at most 253 characters, such as node-1 or node-1.example.com"
+	allowedCIDRs      = "CIDRs such as 10.0.0.0/8 or fd00::/48, as a YAML list or comma-separated"
+	allowedNodePorts  = "the single word primary on its own, or CIDRs such as 192.168.0.0/16 or fd00::/64, as a YAML list or comma-separated"
+	allowedBool       = "true or false"
+	allowedPositive   = "a duration greater than zero, such as 30s, 1m or 500ms"
+	allowedNonNeg     = "a duration of zero or more, such as 1s, 500ms or 0"
+	allowedHostPort   = "an IP address and port such as 127.0.0.1:10249, [::1]:10249, or :10249 for every address"
+	allowedTable      = "1 to 32 letters, digits, '_' or '-', such as weir"
+	allowedPlugins    = "a YAML list of mappings, one per plugin"
+	allowedSection    = "a mapping with the keys "
+)
+
+var (
+	tableName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+	dnsName   = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// scalar returns raw as text if it is a single value. YAML numbers and
+// booleans are accepted as their text, so `table: 123` works.
+func scalar(raw any) (string, bool) {
+	switch v := raw.(type) {
+	case string:
+		return strings.TrimSpace(v), true
+	case nil, map[string]any, []any, []string, []map[string]any:
+		return "", false
+	}
+	return fmt.Sprint(raw), true
+}
+
+// list returns raw as a list of text items. A YAML list and a comma-separated
+// string (from the environment, a flag, or YAML) are both accepted; empty
+// items are dropped.
+func list(raw any) ([]string, bool) {
+	var items []string
+	switch v := raw.(type) {
+	case nil:
+	case string:
+		items = strings.Split(v, ",")
+	case []string:
+		items = v
+	case []any:
+		for _, e := range v {
+			s, ok := scalar(e)
+			if !ok {
+				return nil, false
+			}
+			items = append(items, s)
+		}
+	default:
+		return nil, false
+	}
+	var out []string
+	for _, s := range items {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out, true
+}
+
+// show renders a raw value for an error message or a flag default: text as
+// is, a comma-separated list as given, and YAML collections in flow style.
+func show(raw any) string {
+	switch v := raw.(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	case []string:
+		return strings.Join(v, ",")
+	case []any:
+		parts := make([]string, len(v))
+		for i, e := range v {
+			parts[i] = show(e)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case map[string]any:
+		parts := make([]string, 0, len(v))
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			parts = append(parts, k+": "+show(v[k]))
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	}
+	return fmt.Sprint(raw)
+}
+
+func stringKey(dst func(*Config) *string, allowed string, ok func(string) bool) func(*Config, any) *bad {
+	return func(c *Config, raw any) *bad {
+		s, isScalar := scalar(raw)
+		if !isScalar || !ok(s) {
+			return &bad{show(raw), allowed}
+		}
+		*dst(c) = s
+		return nil
+	}
+}
+
+func enumKey(dst func(*Config) *string, values ...string) func(*Config, any) *bad {
+	allowed := "one of " + strings.Join(values, ", ")
+	return stringKey(dst, allowed, func(s string) bool { return slices.Contains(values, s) })
+}
+
+func nonEmpty(s string) bool { return s != "" }
+
+func anyString(string) bool { return true }
+
+func isTableName(s string) bool { return tableName.MatchString(s) }
+
+// isHostPort reports whether s is IP:port or :port, with a port from 0 to
+// 65535 (0 picks a free port, which tests use).
+func isHostPort(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return false
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return false
+		}
+	}
+	_, err = strconv.ParseUint(port, 10, 16)
+	return err == nil
+}
+
+// setNodeName lower-cases the name, like kube-proxy's --hostname-override,
+// and requires a DNS subdomain, which is what a Node's name must be.
+func setNodeName(c *Config, raw any) *bad {
+	s, ok := scalar(raw)
+	s = strings.ToLower(s)
+	if !ok || len(s) > 253 || !dnsName.MatchString(s) {
+		return &bad{show(raw), allowedNodeName}
+	}
+	c.NodeName = s
+	return nil
+}
+
+func boolKey(dst func(*Config) *bool) func(*Config, any) *bad {
+	return func(c *Config, raw any) *bad {
+		if b, ok := raw.(bool); ok {
+			*dst(c) = b
+			return nil
+		}
+		s, _ := scalar(raw)
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return &bad{show(raw), allowedBool}
+		}
+		*dst(c) = b
+		return nil
+	}
+}
+
+// durationKey accepts Go durations such as "30s" or "1m30s"; a bare number
+// is rejected (its unit would be a guess), except 0.
+func durationKey(dst func(*Config) *time.Duration, positive bool) func(*Config, any) *bad {
+	allowed := allowedNonNeg
+	if positive {
+		allowed = allowedPositive
+	}
+	return func(c *Config, raw any) *bad {
+		s, ok := scalar(raw)
+		d, err := time.ParseDuration(s)
+		if !ok || err != nil || d < 0 || (positive && d == 0) {
+			return &bad{show(raw), allowed}
+		}
+		*dst(c) = d
+		return nil
+	}
+}
+
+// parsePrefixes parses CIDRs, clearing any host bits ("10.1.2.3/8" is
+// 10.0.0.0/8). It returns nil for an empty list, and the first bad item.
+func parsePrefixes(items []string) ([]netip.Prefix, string, bool) {
+	var out []netip.Prefix
+	for _, s := range items {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, s, false
+		}
+		out = append(out, p.Masked())
+	}
+	return out, "", true
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+func cidrsKey(dst func(*Config) *[]netip.Prefix) func(*Config, any) *bad {
+	return func(c *Config, raw any) *bad {
+		items, ok := list(raw)
+		if !ok {
+			return &bad{show(raw), allowedCIDRs}
+		}
+		ps, item, ok := parsePrefixes(items)
+		if !ok {
+			return &bad{item, allowedCIDRs}
+		}
+		*dst(c) = ps
+		return nil
+	}
+}
+
+func getNodePortAddresses(c *Config) any {
+	if c.NodePortAddresses.Primary {
+		return []string{"primary"}
+	}
+	return prefixStrings(c.NodePortAddresses.CIDRs)
+}
+
+func setNodePortAddresses(c *Config, raw any) *bad {
+	items, ok := list(raw)
+	if !ok {
+		return &bad{show(raw), allowedNodePorts}
+	}
+	if slices.Contains(items, "primary") {
+		if len(items) > 1 {
+			return &bad{show(raw), allowedNodePorts}
+		}
+		c.NodePortAddresses = NodePortAddresses{Primary: true}
+		return nil
+	}
+	ps, item, ok := parsePrefixes(items)
+	if !ok {
+		return &bad{item, allowedNodePorts}
+	}
+	c.NodePortAddresses = NodePortAddresses{CIDRs: ps}
+	return nil
+}
+
+func getPlugins(c *Config) any {
+	if len(c.Plugins) == 0 {
+		return nil // no typed nil: the defaults layer then leaves the key unset
+	}
+	return c.Plugins
+}
+
+// setPlugins keeps the plugin entries as written; their schema belongs to
+// the hooks package.
+func setPlugins(c *Config, raw any) *bad {
+	var out []map[string]any
+	switch v := raw.(type) {
+	case nil:
+	case []map[string]any:
+		out = append(out, v...)
+	case []any:
+		for _, e := range v {
+			m, ok := e.(map[string]any)
+			if !ok {
+				return &bad{show(raw), allowedPlugins}
+			}
+			out = append(out, m)
+		}
+	default:
+		return &bad{show(raw), allowedPlugins}
+	}
+	c.Plugins = out
+	return nil
+}

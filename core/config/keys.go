@@ -1,0 +1,204 @@
+package config
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/spf13/pflag"
+)
+
+// field is one configuration key. The fields table below is the single list
+// of known keys: the YAML schema, the environment names and the flags are all
+// derived from it.
+type field struct {
+	key   string                  // koanf key as written in YAML, nested with "."
+	flag  string                  // flag name without "--"; "" when there is none
+	typ   string                  // value type shown by --help
+	env   bool                    // whether WEIR_<KEY> sets it
+	usage string                  // one line for --help
+	get   func(*Config) any       // the raw form of c's value, for the defaults layer
+	set   func(*Config, any) *bad // decodes and validates a raw value into c
+}
+
+const (
+	envPrefix  = "WEIR_"
+	configFlag = "config"
+	configEnv  = "WEIR_CONFIG"
+)
+
+var fields = []field{
+	{key: "mode", flag: "mode", typ: "string", env: true,
+		usage: "kernel backend: nftables, iptables or ipvs",
+		get:   func(c *Config) any { return c.Mode },
+		set:   enumKey(func(c *Config) *string { return &c.Mode }, "nftables", "iptables", "ipvs")},
+	{key: "nodeName", flag: "node-name", typ: "string", env: true,
+		usage: "name of this node's Node object; defaults to the host name in lower case",
+		get:   func(c *Config) any { return c.NodeName },
+		set:   setNodeName},
+	{key: "source.kind", flag: "source-kind", typ: "string", env: true,
+		usage: "where objects come from: files or kubernetes",
+		get:   func(c *Config) any { return c.Source.Kind },
+		set:   enumKey(func(c *Config) *string { return &c.Source.Kind }, "files", "kubernetes")},
+	{key: "source.path", flag: "source-path", typ: "path", env: true,
+		usage: "folder of Kubernetes manifests read by the files source",
+		get:   func(c *Config) any { return c.Source.Path },
+		set:   stringKey(func(c *Config) *string { return &c.Source.Path }, allowedPath, nonEmpty)},
+	{key: "source.kubeconfig", flag: "kubeconfig", typ: "path", env: true,
+		usage: "kubeconfig file for the kubernetes source; empty means in-cluster",
+		get:   func(c *Config) any { return c.Source.Kubeconfig },
+		set:   stringKey(func(c *Config) *string { return &c.Source.Kubeconfig }, allowedKubeconfig, anyString)},
+	{key: "clusterCIDRs", flag: "cluster-cidrs", typ: "cidrs", env: true,
+		usage: "comma-separated pod CIDRs; traffic from outside them to a cluster IP is masqueraded",
+		get:   func(c *Config) any { return prefixStrings(c.ClusterCIDRs) },
+		set:   cidrsKey(func(c *Config) *[]netip.Prefix { return &c.ClusterCIDRs })},
+	{key: "masqueradeAll", flag: "masquerade-all", typ: "bool", env: true,
+		usage: "masquerade all traffic sent to service IPs",
+		get:   func(c *Config) any { return c.MasqueradeAll },
+		set:   boolKey(func(c *Config) *bool { return &c.MasqueradeAll })},
+	{key: "nodePortAddresses", flag: "node-port-addresses", typ: "cidrs", env: true,
+		usage: "comma-separated CIDRs, or \"primary\", selecting the node addresses that accept NodePorts; empty means all",
+		get:   getNodePortAddresses,
+		set:   setNodePortAddresses},
+	{key: "syncPeriod", flag: "sync-period", typ: "duration", env: true,
+		usage: "longest time between two full syncs of kernel state",
+		get:   func(c *Config) any { return c.SyncPeriod.String() },
+		set:   durationKey(func(c *Config) *time.Duration { return &c.SyncPeriod }, true)},
+	{key: "minSyncPeriod", flag: "min-sync-period", typ: "duration", env: true,
+		usage: "shortest time between two syncs, however fast changes arrive",
+		get:   func(c *Config) any { return c.MinSyncPeriod.String() },
+		set:   durationKey(func(c *Config) *time.Duration { return &c.MinSyncPeriod }, false)},
+	{key: "metricsBindAddress", flag: "metrics-bind-address", typ: "ip:port", env: true,
+		usage: "IP:port of the metrics server",
+		get:   func(c *Config) any { return c.MetricsBindAddress },
+		set:   stringKey(func(c *Config) *string { return &c.MetricsBindAddress }, allowedHostPort, isHostPort)},
+	{key: "healthzBindAddress", flag: "healthz-bind-address", typ: "ip:port", env: true,
+		usage: "IP:port of the /healthz and /livez server",
+		get:   func(c *Config) any { return c.HealthzBindAddress },
+		set:   stringKey(func(c *Config) *string { return &c.HealthzBindAddress }, allowedHostPort, isHostPort)},
+	{key: "log.format", flag: "log-format", typ: "string", env: true,
+		usage: "log format: text or json",
+		get:   func(c *Config) any { return c.Log.Format },
+		set:   enumKey(func(c *Config) *string { return &c.Log.Format }, "text", "json")},
+	{key: "log.level", flag: "log-level", typ: "string", env: true,
+		usage: "lowest log level written: debug, info, warn or error",
+		get:   func(c *Config) any { return c.Log.Level },
+		set:   enumKey(func(c *Config) *string { return &c.Log.Level }, "debug", "info", "warn", "error")},
+	{key: "nftables.table", flag: "nftables-table", typ: "string", env: true,
+		usage: "name of the nftables table Weir owns",
+		get:   func(c *Config) any { return c.NFTables.Table },
+		set:   stringKey(func(c *Config) *string { return &c.NFTables.Table }, allowedTable, isTableName)},
+	{key: "plugins",
+		get: getPlugins,
+		set: setPlugins},
+}
+
+// Lookup tables derived from fields.
+var (
+	byKey    = map[string]*field{}
+	byEnv    = map[string]*field{}
+	byFlag   = map[string]*field{}
+	sections = map[string][]string{} // section ("" for the top level) → its child names, in table order
+)
+
+func init() {
+	for i := range fields {
+		f := &fields[i]
+		byKey[f.key] = f
+		if f.env {
+			byEnv[envName(f.key)] = f
+		}
+		if f.flag != "" {
+			byFlag[f.flag] = f
+		}
+		addToSections(f.key)
+	}
+}
+
+// addToSections records key and every section above it.
+func addToSections(key string) {
+	parent := ""
+	for _, part := range strings.Split(key, ".") {
+		if !slices.Contains(sections[parent], part) {
+			sections[parent] = append(sections[parent], part)
+		}
+		parent = joinKey(parent, part)
+	}
+}
+
+func joinKey(parent, name string) string {
+	if parent == "" {
+		return name
+	}
+	return parent + "." + name
+}
+
+// envName derives the environment variable of a key: "WEIR_" followed by the
+// key in upper snake case, where a new word starts at each upper-case letter
+// that follows a lower-case letter or digit, and at each ".".
+// For example "clusterCIDRs" becomes WEIR_CLUSTER_CIDRS and "source.kind"
+// becomes WEIR_SOURCE_KIND.
+func envName(key string) string {
+	var b strings.Builder
+	b.WriteString(envPrefix)
+	prev := rune(0)
+	for _, r := range key {
+		switch {
+		case r == '.':
+			b.WriteByte('_')
+		case unicode.IsUpper(r) && (unicode.IsLower(prev) || unicode.IsDigit(prev)):
+			b.WriteByte('_')
+			b.WriteRune(r)
+		default:
+			b.WriteRune(unicode.ToUpper(r))
+		}
+		prev = r
+	}
+	return b.String()
+}
+
+// RegisterFlags adds Weir's configuration flags, and --config, to fs.
+//
+// The flags keep their values as text; Load validates them, so a bad flag
+// value gives the same *Error as a bad value anywhere else. List flags may be
+// repeated or comma-separated.
+func RegisterFlags(fs *pflag.FlagSet) {
+	fs.String(configFlag, "", "YAML configuration file (env "+configEnv+")")
+	def := Default()
+	for i := range fields {
+		f := &fields[i]
+		if f.flag == "" {
+			continue
+		}
+		v := &rawValue{text: show(f.get(def)), typ: f.typ, list: f.typ == "cidrs"}
+		usage := f.usage + " (env " + envName(f.key) + ")"
+		fs.VarPF(v, f.flag, "", usage)
+	}
+}
+
+// rawValue is a pflag.Value that keeps the text as given; Load decodes it.
+type rawValue struct {
+	text string
+	typ  string
+	list bool // repeated use appends, comma-separated
+	set  bool
+}
+
+func (v *rawValue) String() string { return v.text }
+
+func (v *rawValue) Type() string { return v.typ }
+
+// IsBoolFlag lets "--masquerade-all" stand for "--masquerade-all=true".
+func (v *rawValue) IsBoolFlag() bool { return v.typ == "bool" }
+
+func (v *rawValue) Set(s string) error {
+	if v.list && v.set {
+		v.text += "," + s
+	} else {
+		v.text = s
+	}
+	v.set = true
+	return nil
+}
