@@ -1,0 +1,264 @@
+package files
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+const waitTimeout = 10 * time.Second
+
+// event is one handler call seen by the recorder.
+type event struct {
+	kind      string // Node, Service, EndpointSlice or Synced
+	prev, cur object
+}
+
+// name returns namespace/name (or name) of the object the event is about.
+func (e event) name() string {
+	o := e.cur
+	if o == nil {
+		o = e.prev
+	}
+	if o == nil {
+		return ""
+	}
+	if o.GetNamespace() == "" {
+		return o.GetName()
+	}
+	return o.GetNamespace() + "/" + o.GetName()
+}
+
+// op returns add, update or delete.
+func (e event) op() string {
+	switch {
+	case e.prev == nil:
+		return "add"
+	case e.cur == nil:
+		return "delete"
+	}
+	return "update"
+}
+
+// String formats the event as "op Kind name".
+func (e event) String() string {
+	if e.kind == "Synced" {
+		return "Synced"
+	}
+	return e.op() + " " + e.kind + " " + e.name()
+}
+
+// recorder is a source.Handler that records every call.
+type recorder struct {
+	mu     sync.Mutex
+	events []event
+}
+
+func (r *recorder) add(kind string, prev, cur object) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, event{kind: kind, prev: prev, cur: cur})
+}
+
+func (r *recorder) OnService(prev, cur *corev1.Service) {
+	r.add("Service", orNil(prev), orNil(cur))
+}
+
+func (r *recorder) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
+	r.add("EndpointSlice", orNil(prev), orNil(cur))
+}
+
+func (r *recorder) OnNode(prev, cur *corev1.Node) {
+	r.add("Node", orNil(prev), orNil(cur))
+}
+
+func (r *recorder) OnSynced() { r.add("Synced", nil, nil) }
+
+// orNil turns a typed nil pointer into a nil object.
+func orNil[T any, P interface {
+	*T
+	object
+}](p P) object {
+	if p == nil {
+		return nil
+	}
+	return p
+}
+
+// snapshot returns a copy of the events so far.
+func (r *recorder) snapshot() []event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]event(nil), r.events...)
+}
+
+// waitFor polls until cond holds for the events so far, failing after a deadline.
+func (r *recorder) waitFor(t *testing.T, what string, cond func([]event) bool) []event {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		evs := r.snapshot()
+		if cond(evs) {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; events: %v", what, evs)
+		}
+		<-tick.C
+	}
+}
+
+// lockedBuffer is a log sink safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// harness runs a Source over a temporary directory.
+type harness struct {
+	t       *testing.T
+	dir     string
+	rec     *recorder
+	logs    *lockedBuffer
+	cancel  context.CancelFunc
+	done    chan error
+	barrier int
+}
+
+// newHarness returns a harness over a fresh directory, not yet running.
+func newHarness(t *testing.T) *harness {
+	return &harness{t: t, dir: t.TempDir(), rec: &recorder{}, logs: &lockedBuffer{}}
+}
+
+// start runs the source and waits for OnSynced.
+func (h *harness) start() []event {
+	h.t.Helper()
+	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan error, 1)
+	go func() { h.done <- New(h.dir, log).Run(ctx, h.rec) }()
+	h.t.Cleanup(h.stop)
+	return h.rec.waitFor(h.t, "OnSynced", func(evs []event) bool {
+		return len(evs) > 0 && evs[len(evs)-1].kind == "Synced"
+	})
+}
+
+// stop cancels the source and waits for Run to return.
+func (h *harness) stop() {
+	h.cancel()
+	select {
+	case err := <-h.done:
+		if err != nil {
+			h.t.Errorf("Run returned %v", err)
+		}
+		h.done <- err // let a second stop see it too
+	case <-time.After(waitTimeout):
+		h.t.Errorf("Run did not return after cancel")
+	}
+}
+
+// path returns the absolute path of a file in the directory.
+func (h *harness) path(rel string) string {
+	return filepath.Join(h.dir, filepath.FromSlash(rel))
+}
+
+// write replaces a file atomically through a hidden temporary file, creating
+// parent directories as needed.
+func (h *harness) write(rel, content string) {
+	h.t.Helper()
+	path := h.path(rel)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+	tmp := filepath.Join(filepath.Dir(path), ".tmp-"+filepath.Base(path))
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// remove deletes a file or directory tree.
+func (h *harness) remove(rel string) {
+	h.t.Helper()
+	if err := os.RemoveAll(h.path(rel)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// settle runs change and returns exactly the events it caused. It brackets
+// the change with a barrier Node: the barrier's deletion is delivered after
+// every other change of its batch, and batches are delivered in order.
+func (h *harness) settle(change func()) []event {
+	h.t.Helper()
+	h.barrier++
+	name := fmt.Sprintf("zzzz-barrier-%d", h.barrier)
+	file := name + ".yaml"
+	h.write(file, "apiVersion: v1\nkind: Node\nmetadata:\n  name: "+name+"\n")
+	h.rec.waitFor(h.t, "barrier add", hasEvent("add Node "+name))
+	start := len(h.rec.snapshot())
+	change()
+	h.remove(file)
+	evs := h.rec.waitFor(h.t, "barrier delete", hasEvent("delete Node "+name))
+	var out []event
+	for _, e := range evs[start:] {
+		if e.name() != name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// hasEvent returns a condition that holds once an event formats as want.
+func hasEvent(want string) func([]event) bool {
+	return func(evs []event) bool {
+		for _, e := range evs {
+			if e.String() == want {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// eventStrings formats events for comparison.
+func eventStrings(evs []event) string {
+	s := make([]string, len(evs))
+	for i, e := range evs {
+		s[i] = e.String()
+	}
+	return strings.Join(s, "\n")
+}
+
+// expectEvents fails unless evs format exactly as want.
+func expectEvents(t *testing.T, evs []event, want ...string) {
+	t.Helper()
+	if got, w := eventStrings(evs), strings.Join(want, "\n"); got != w {
+		t.Fatalf("events:\n%s\nwant:\n%s", got, w)
+	}
+}

@@ -1,0 +1,121 @@
+package files
+
+import (
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// tree finds manifest files under the root and keeps an fsnotify watch on
+// every directory it walks.
+type tree struct {
+	root    string
+	log     *slog.Logger
+	watcher *fsnotify.Watcher
+	dirs    map[string]bool // watched directories, by path under root
+}
+
+// walk returns the manifest files under start and watches each directory it
+// enters. Hidden names are skipped; symbolic links to files and directories
+// are followed (a ConfigMap mount's top-level names are links into ..data),
+// each real directory at most once so link loops end.
+func (t *tree) walk(start string) map[string]bool {
+	files := map[string]bool{}
+	visited := map[string]bool{}
+	var visit func(dir string)
+	visit = func(dir string) {
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil || visited[real] {
+			return
+		}
+		visited[real] = true
+		t.watch(dir) // before listing, so files created meanwhile raise events
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.log.Warn("Cannot read manifest directory", "dir", dir, "error", err)
+			return
+		}
+		for _, e := range entries {
+			if isHidden(e.Name()) {
+				continue
+			}
+			path := filepath.Join(dir, e.Name())
+			switch mode := entryType(path, e); {
+			case mode.IsDir():
+				visit(path)
+			case mode.IsRegular() && isManifest(e.Name()):
+				files[path] = true
+			}
+		}
+	}
+	visit(start)
+	return files
+}
+
+// entryType returns the type of a directory entry, following a symbolic
+// link; a broken link reports as irregular so it is skipped.
+func entryType(path string, e fs.DirEntry) fs.FileMode {
+	if e.Type()&fs.ModeSymlink == 0 {
+		return e.Type()
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return fs.ModeIrregular
+	}
+	return info.Mode().Type()
+}
+
+// isHidden reports whether a file name is hidden (starts with a dot).
+func isHidden(name string) bool {
+	return strings.HasPrefix(name, ".")
+}
+
+// isAtomicWriterName reports whether a name belongs to the ..data layout a
+// kubelet ConfigMap or Secret volume swaps atomically.
+func isAtomicWriterName(name string) bool {
+	return strings.HasPrefix(name, "..")
+}
+
+// watch adds an fsnotify watch on dir. Adding a path that is already watched
+// re-resolves it, which picks up a symbolic link that now points elsewhere.
+func (t *tree) watch(dir string) {
+	if err := t.watcher.Add(dir); err != nil {
+		t.log.Warn("Cannot watch manifest directory", "dir", dir, "error", err)
+		return
+	}
+	t.dirs[dir] = true
+}
+
+// rewatchAll walks the whole root again, drops the watches on directories that
+// are gone and returns every manifest file.
+func (t *tree) rewatchAll() map[string]bool {
+	old := t.dirs
+	t.dirs = map[string]bool{}
+	files := t.walk(t.root)
+	for dir := range old {
+		if !t.dirs[dir] {
+			_ = t.watcher.Remove(dir) // usually already gone with its directory
+		}
+	}
+	return files
+}
+
+// unwatchGone drops the watches on path and directories below it that are no
+// longer directories.
+func (t *tree) unwatchGone(path string) {
+	prefix := path + string(os.PathSeparator)
+	for dir := range t.dirs {
+		if dir != path && !strings.HasPrefix(dir, prefix) {
+			continue
+		}
+		if info, err := os.Stat(dir); err == nil && info.IsDir() {
+			continue
+		}
+		_ = t.watcher.Remove(dir)
+		delete(t.dirs, dir)
+	}
+}

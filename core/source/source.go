@@ -1,0 +1,27 @@
+// Package source defines how the outside world reaches Weir: a Source turns
+// Kubernetes objects into change notifications for a Handler.
+package source
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Handler receives object changes; prev is nil for an addition, cur is nil for
+// a deletion. Objects passed in must not be modified by either side.
+type Handler interface {
+	OnService(prev, cur *corev1.Service)
+	OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice)
+	OnNode(prev, cur *corev1.Node)
+	// OnSynced is called once, after the initial objects have all been delivered.
+	OnSynced()
+}
+
+// Source delivers object changes to a handler until its context ends.
+type Source interface {
+	// Run blocks, calling h for every change, and returns when ctx is done or
+	// the source cannot continue.
+	Run(ctx context.Context, h Handler) error
+}
