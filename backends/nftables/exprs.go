@@ -1,0 +1,164 @@
+package nftables
+
+import (
+	"encoding/binary"
+
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// Registers. nf_tables refuses to read a register that the same rule did not
+// write first, so every rule loads what it needs itself.
+const (
+	regVerdict = 0
+	regScratch = 1  // 16-byte register for marks and flags
+	regKey     = 8  // NFT_REG32_00: first word of a concatenated lookup key
+	regTarget  = 12 // NFT_REG32_04: target id from a *-targets map
+	regBucket  = 13 // NFT_REG32_05: numgen bucket, right after the target id
+	regEPAddr  = 14 // NFT_REG32_06: endpoint address from an endpoints map
+	regEPPort  = 15 // NFT_REG32_07: endpoint port
+)
+
+// masqueradeMark is the packet mark bit asking the postrouting chain to
+// masquerade; kube-proxy's default (0x4000), so takeover keeps CNI
+// assumptions intact.
+const masqueradeMark = 0x4000
+
+// ipsDstNAT is the conntrack status bit set on connections whose destination
+// was rewritten (IPS_DST_NAT).
+const ipsDstNAT = 1 << 5
+
+func loadDaddr(reg uint32) expr.Any {
+	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}
+}
+
+func loadSaddr(reg uint32) expr.Any {
+	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}
+}
+
+func loadL4Proto(reg uint32) expr.Any { return &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg} }
+
+func loadDport(reg uint32) expr.Any {
+	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
+}
+
+// ipKeyExprs loads "ip daddr . meta l4proto . th dport" starting at regKey.
+func ipKeyExprs() []expr.Any {
+	return []expr.Any{loadDaddr(regKey), loadL4Proto(regKey + 1), loadDport(regKey + 2)}
+}
+
+// portKeyExprs loads "meta l4proto . th dport" starting at regKey.
+func portKeyExprs() []expr.Any {
+	return []expr.Any{loadL4Proto(regKey), loadDport(regKey + 1)}
+}
+
+// lookup matches when the key in sreg is in set (or not, when invert).
+func lookup(sreg uint32, set string, invert bool) expr.Any {
+	return &expr.Lookup{SourceRegister: sreg, SetName: set, Invert: invert}
+}
+
+// mapTo looks sreg up in a map, storing the value in dreg (the verdict
+// register for verdict maps).
+func mapTo(sreg uint32, set string, dreg uint32) expr.Any {
+	return &expr.Lookup{SourceRegister: sreg, SetName: set, DestRegister: dreg, IsDestRegSet: true}
+}
+
+// markBitSet matches packets whose mark has bit set.
+func markBitSet(bit uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: regScratch},
+		&expr.Bitwise{SourceRegister: regScratch, DestRegister: regScratch, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bit), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: regScratch, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+// setMarkBit ors bit into the packet mark (or clears it when clear is set).
+func setMarkBit(bit uint32, clear bool) []expr.Any {
+	mask, xor := ^uint32(0), bit // mark | bit == (mark & ~bit) ^ bit
+	mask &^= bit
+	if clear {
+		xor = 0
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: regScratch},
+		&expr.Bitwise{SourceRegister: regScratch, DestRegister: regScratch, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(mask), Xor: binaryutil.NativeEndian.PutUint32(xor)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: regScratch},
+	}
+}
+
+// ctStatusDNAT matches connections whose destination was NATed.
+func ctStatusDNAT() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeySTATUS, Register: regScratch},
+		&expr.Bitwise{SourceRegister: regScratch, DestRegister: regScratch, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: regScratch, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+// ctStateNew matches the first packet of a connection.
+func ctStateNew() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeySTATE, Register: regScratch},
+		&expr.Bitwise{SourceRegister: regScratch, DestRegister: regScratch, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: regScratch, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+// daddrLocal matches destinations that are addresses of this host.
+func daddrLocal() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: regScratch, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: regScratch, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+	}
+}
+
+// daddrNotLoopback matches destinations outside 127.0.0.0/8.
+func daddrNotLoopback() []expr.Any {
+	return []expr.Any{
+		loadDaddr(regScratch),
+		&expr.Bitwise{SourceRegister: regScratch, DestRegister: regScratch, Len: 4,
+			Mask: []byte{255, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: regScratch, Data: []byte{127, 0, 0, 0}},
+	}
+}
+
+// pickAndDNAT chooses a bucket at random among weight buckets of the target in
+// regTarget and rewrites the destination to that bucket's endpoint.
+func pickAndDNAT(weight uint32, endpointsMap string) []expr.Any {
+	return []expr.Any{
+		&expr.Numgen{Register: regBucket, Modulus: weight, Type: unix.NFT_NG_RANDOM},
+		mapTo(regTarget, endpointsMap, regEPAddr),
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4,
+			RegAddrMin: regEPAddr, RegProtoMin: regEPPort, Specified: true},
+	}
+}
+
+func masquerade() expr.Any { return &expr.Masq{FullyRandom: true} }
+
+func rejectPortUnreachable() expr.Any {
+	return &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: icmpPortUnreachable}
+}
+
+func jump(chain string) expr.Any { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
+
+func u32BE(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+
+func concat(parts ...[]byte) []byte {
+	var out []byte
+	for _, p := range parts {
+		out = append(out, p...)
+		for len(out)%4 != 0 {
+			out = append(out, 0)
+		}
+	}
+	return out
+}
+
+// icmpPortUnreachable is ICMP destination-unreachable code 3: a TCP client
+// sees it as "connection refused".
+const icmpPortUnreachable = 3

@@ -1,0 +1,129 @@
+package nftables
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/weirproxy/weir/sdk/plan"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs from the golden file; got:\n%s", name, got)
+	}
+}
+
+func ep(addr string, port uint16, weight uint32) plan.Endpoint {
+	return plan.Endpoint{Address: netip.MustParseAddr(addr), Port: port, Ready: true, Serving: true, Weight: weight}
+}
+
+func svc(ns, name, port string, proto plan.Protocol, vip string, vport, nodePort uint16, eps ...plan.Endpoint) *plan.Service {
+	return &plan.Service{
+		Key:        plan.Key{Namespace: ns, Name: name, Port: port, Protocol: proto},
+		ClusterIPs: []netip.Addr{netip.MustParseAddr(vip)},
+		Port:       vport, NodePort: nodePort, Endpoints: eps,
+	}
+}
+
+func testPlan(svcs ...*plan.Service) *plan.Plan {
+	p := &plan.Plan{Services: map[plan.Key]*plan.Service{}}
+	for _, s := range svcs {
+		p.Services[s.Key] = s
+	}
+	return p
+}
+
+func offlineBackend(opts Options) *Backend {
+	if opts.Table == "" {
+		opts.Table = "weir"
+	}
+	return &Backend{layout: &layout{table: tableFor(opts.Table), opts: opts}, state: newState()}
+}
+
+func TestGoldenFullSync(t *testing.T) {
+	b := offlineBackend(Options{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}})
+	p := testPlan(
+		svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 0, ep("10.244.0.11", 8080, 1), ep("10.244.0.12", 8080, 1)),
+		svc("default", "canary", "", plan.TCP, "10.96.0.12", 80, 30080, ep("10.244.0.11", 8080, 3), ep("10.244.0.13", 8080, 1)),
+		svc("default", "dns", "dns", plan.UDP, "10.96.0.53", 53, 0, ep("10.244.0.14", 53, 1), ep("10.244.0.15", 53, 1)),
+		svc("default", "empty", "http", plan.TCP, "10.96.0.20", 80, 30081),
+	)
+	tx, _ := b.fullTxn(p)
+	golden(t, "full.nft", tx.String())
+}
+
+func TestGoldenPartialSync(t *testing.T) {
+	b := offlineBackend(Options{MasqueradeAll: true})
+	web := svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 0, ep("10.244.0.11", 8080, 1), ep("10.244.0.12", 8080, 1))
+	other := svc("default", "other", "http", plan.TCP, "10.96.0.11", 80, 0, ep("10.244.0.13", 8080, 1), ep("10.244.0.14", 8080, 1))
+	p := testPlan(web, other)
+	tx, c := b.fullTxn(p)
+	c.commit()
+	b.state = c.base
+	_ = tx
+
+	// Replace one endpoint: only its bucket changes.
+	web2 := web.Clone()
+	web2.Endpoints[1] = ep("10.244.0.15", 8080, 1)
+	p.Services[web.Key] = web2
+	tx, c = b.partialTxn(p, []plan.Key{web.Key})
+	golden(t, "partial-replace.nft", tx.String())
+	c.commit()
+
+	// Remove an endpoint: the service moves to the weight-1 pick chain.
+	web3 := web2.Clone()
+	web3.Endpoints = web3.Endpoints[:1]
+	p.Services[web.Key] = web3
+	tx, c = b.partialTxn(p, []plan.Key{web.Key})
+	golden(t, "partial-scale-down.nft", tx.String())
+	c.commit()
+
+	// Delete the service: its pick chain goes with it.
+	delete(p.Services, web.Key)
+	tx, _ = b.partialTxn(p, []plan.Key{web.Key})
+	golden(t, "partial-delete.nft", tx.String())
+}
+
+func TestBucketsFollowWeights(t *testing.T) {
+	cases := []struct {
+		weights []uint32
+		want    []int
+	}{
+		{[]uint32{1, 1, 1}, []int{1, 1, 1}},
+		{[]uint32{3, 1}, []int{3, 1}},
+		{[]uint32{30, 10}, []int{3, 1}},
+		{[]uint32{0, 2}, []int{0, 1}},
+		{[]uint32{1_000_000, 1}, []int{maxBuckets - 1, 1}}, // scaled to fit maxBuckets
+	}
+	for _, c := range cases {
+		var eps []plan.Endpoint
+		for i, w := range c.weights {
+			eps = append(eps, ep(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}).String(), 80, w))
+		}
+		got := map[netip.AddrPort]int{}
+		for _, b := range buckets(eps) {
+			got[b]++
+		}
+		for i, e := range eps {
+			if got[e.AddrPort()] != c.want[i] {
+				t.Errorf("weights %v: endpoint %d has %d buckets, want %d", c.weights, i, got[e.AddrPort()], c.want[i])
+			}
+		}
+	}
+}
