@@ -1,0 +1,163 @@
+// Package planner turns Kubernetes objects into Weir's rule plan. It is pure:
+// no kernel, no clock, no I/O; the same objects always give the same plan.
+package planner
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/weirproxy/weir/core/tracker"
+	"github.com/weirproxy/weir/sdk/plan"
+)
+
+// Labels kube-proxy honours on Services: a service naming another proxy, or
+// marked headless, is not ours to program.
+const (
+	LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+	LabelHeadless         = "service.kubernetes.io/headless"
+)
+
+// Config is what the planner needs to know about this node.
+type Config struct {
+	NodeName string
+}
+
+// Problem is a piece of bad input the planner skipped: which object, which
+// field, and why. Everything else in the object still counts.
+type Problem struct {
+	Object string // e.g. "Service default/web"
+	Field  string // e.g. "spec.clusterIPs[0]"
+	Reason string
+}
+
+func (p Problem) String() string { return fmt.Sprintf("%s: %s: %s", p.Object, p.Field, p.Reason) }
+
+// Service plans every port of one service. It returns no services for
+// objects Weir does not proxy (headless, ExternalName, another proxy's) and
+// reports skipped bad input as problems.
+func Service(cfg Config, st tracker.ServiceState) ([]*plan.Service, []Problem) {
+	svc := st.Service
+	if svc == nil || !proxied(svc) {
+		return nil, nil
+	}
+	obj := "Service " + svc.Namespace + "/" + svc.Name
+	ips, problems := clusterIPs(obj, svc)
+	if len(ips) == 0 {
+		return nil, problems
+	}
+	var out []*plan.Service
+	// Every port reads the same slices: report a bad endpoint once, not once per port.
+	seen := map[Problem]bool{}
+	for i, port := range svc.Spec.Ports {
+		ps, p := servicePort(cfg, obj, svc, i, port, ips, st.Slices)
+		for _, pr := range p {
+			if !seen[pr] {
+				seen[pr] = true
+				problems = append(problems, pr)
+			}
+		}
+		if ps != nil {
+			out = append(out, ps)
+		}
+	}
+	return out, problems
+}
+
+// proxied reports whether the service gets rules from Weir.
+func proxied(svc *corev1.Service) bool {
+	if _, ok := svc.Labels[LabelServiceProxyName]; ok {
+		return false
+	}
+	if _, ok := svc.Labels[LabelHeadless]; ok {
+		return false
+	}
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return false
+	}
+	return svc.Spec.ClusterIP != corev1.ClusterIPNone && svc.Spec.ClusterIP != ""
+}
+
+func clusterIPs(obj string, svc *corev1.Service) ([]netip.Addr, []Problem) {
+	raw := svc.Spec.ClusterIPs
+	field := "spec.clusterIPs"
+	if len(raw) == 0 {
+		raw, field = []string{svc.Spec.ClusterIP}, "spec.clusterIP"
+	}
+	var ips []netip.Addr
+	var problems []Problem
+	for i, s := range raw {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			f := field // spec.clusterIP is a single value, not a list
+			if len(svc.Spec.ClusterIPs) > 0 {
+				f = fmt.Sprintf("%s[%d]", field, i)
+			}
+			problems = append(problems, Problem{obj, f, fmt.Sprintf("%q is not an IP address", s)})
+			continue
+		}
+		ips = append(ips, ip.Unmap())
+	}
+	return ips, problems
+}
+
+func servicePort(cfg Config, obj string, svc *corev1.Service, i int, port corev1.ServicePort, ips []netip.Addr,
+	slices []*discoveryv1.EndpointSlice) (*plan.Service, []Problem) {
+	field := fmt.Sprintf("spec.ports[%d]", i)
+	proto := plan.Protocol(port.Protocol)
+	if proto == "" {
+		proto = plan.TCP
+	}
+	if proto != plan.TCP && proto != plan.UDP && proto != plan.SCTP {
+		return nil, []Problem{{obj, field + ".protocol", fmt.Sprintf("%q is not TCP, UDP or SCTP", port.Protocol)}}
+	}
+	if port.Port < 1 || port.Port > 65535 {
+		return nil, []Problem{{obj, field + ".port", fmt.Sprintf("%d is out of range 1-65535", port.Port)}}
+	}
+	ps := &plan.Service{
+		Key:        plan.Key{Namespace: svc.Namespace, Name: svc.Name, Port: port.Name, Protocol: proto},
+		ClusterIPs: ips,
+		Port:       uint16(port.Port),
+	}
+	var problems []Problem
+	if hasNodePorts(svc) && port.NodePort != 0 {
+		if port.NodePort < 1 || port.NodePort > 65535 {
+			problems = append(problems, Problem{obj, field + ".nodePort", fmt.Sprintf("%d is out of range 1-65535", port.NodePort)})
+		} else {
+			ps.NodePort = uint16(port.NodePort)
+		}
+	}
+	eps, p := endpoints(cfg, ps.Key, slices)
+	ps.Endpoints = eps
+	return ps, append(problems, p...)
+}
+
+func hasNodePorts(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+}
+
+// Node converts this node's object (which may be nil) into the plan's node.
+func Node(name string, node *corev1.Node) plan.Node {
+	n := plan.Node{Name: name}
+	if node == nil {
+		return n
+	}
+	n.Zone = node.Labels[corev1.LabelTopologyZone]
+	for _, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && !slices.Contains(n.Addresses, ip) {
+			n.Addresses = append(n.Addresses, ip)
+		}
+	}
+	for _, c := range node.Spec.PodCIDRs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			n.PodCIDRs = append(n.PodCIDRs, p)
+		}
+	}
+	return n
+}

@@ -1,0 +1,220 @@
+// Package proxy assembles Weir's pipeline: a source feeds the tracker, the
+// runner decides when to sync, the planner turns touched services into plan
+// services, and a backend commits them.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/core/planner"
+	"github.com/weirproxy/weir/core/runner"
+	"github.com/weirproxy/weir/core/source"
+	"github.com/weirproxy/weir/core/tracker"
+	"github.com/weirproxy/weir/sdk/plan"
+)
+
+// Options configures a Proxy.
+type Options struct {
+	NodeName string
+	// Backend commits plans; nil computes plans only (weir plan).
+	Backend backends.Backend
+	Log     *slog.Logger
+}
+
+// Proxy owns the desired plan and drives syncs.
+type Proxy struct {
+	opts    Options
+	log     *slog.Logger
+	tracker *tracker.Tracker
+	trigger func()
+
+	mu        sync.Mutex
+	plan      *plan.Plan
+	byService map[string][]plan.Key // namespace/name -> its keys in plan
+}
+
+// New returns a proxy with an empty plan.
+func New(opts Options) *Proxy {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	p := &Proxy{
+		opts:      opts,
+		log:       opts.Log,
+		plan:      &plan.Plan{Node: plan.Node{Name: opts.NodeName}, Services: map[plan.Key]*plan.Service{}},
+		byService: map[string][]plan.Key{},
+	}
+	p.tracker = tracker.New(func() {
+		if p.trigger != nil {
+			p.trigger()
+		}
+	})
+	return p
+}
+
+// Handler returns the handler a source must feed.
+func (p *Proxy) Handler() source.Handler { return p.tracker }
+
+// Plan returns a copy of the current desired plan.
+func (p *Proxy) Plan() *plan.Plan {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.plan.Clone()
+}
+
+// Sync plans the services touched since the last sync (every service when
+// full is set) and commits the result with the backend.
+func (p *Proxy) Sync(ctx context.Context, full bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := time.Now()
+	p.log.Info("Syncing rules", "full", full)
+	changed := p.update(full)
+	if p.opts.Backend == nil || (!full && len(changed) == 0) {
+		return nil
+	}
+	keys := changed
+	if full {
+		keys = nil
+	}
+	if err := p.opts.Backend.Sync(ctx, p.plan, keys); err != nil {
+		p.log.Error("Failed to execute sync; keeping the previous rules", "error", err, "full", full)
+		return err
+	}
+	p.log.Info("Synced rules", "full", full, "services", len(p.plan.Services), "changed", len(changed),
+		"duration", time.Since(start).Round(time.Microsecond))
+	return nil
+}
+
+// update applies the tracker's pending changes to the plan and returns the
+// keys whose plan service changed.
+func (p *Proxy) update(full bool) []plan.Key {
+	snap := p.tracker.Checkout(full)
+	if snap.NodeChanged || full {
+		p.plan.Node = planner.Node(p.opts.NodeName, snap.Node)
+	}
+	cfg := planner.Config{NodeName: p.opts.NodeName}
+	var changed []plan.Key
+	for _, name := range slices.Sorted(maps.Keys(snap.Services)) {
+		services, problems := planner.Service(cfg, snap.Services[name])
+		for _, pr := range problems {
+			p.log.Warn("Skipping invalid input", "object", pr.Object, "field", pr.Field, "reason", pr.Reason)
+		}
+		changed = p.replace(name, services, changed, !full)
+	}
+	return changed
+}
+
+// replace swaps one service's keys in the plan for its new plan services and
+// appends the keys that changed.
+func (p *Proxy) replace(name string, services []*plan.Service, changed []plan.Key, logEach bool) []plan.Key {
+	var keys []plan.Key
+	for _, s := range services {
+		keys = append(keys, s.Key)
+		old := p.plan.Services[s.Key]
+		if old.Equal(s) {
+			continue
+		}
+		if logEach {
+			p.logChange(old, s)
+		}
+		p.plan.Services[s.Key] = s
+		changed = append(changed, s.Key)
+	}
+	for _, k := range p.byService[name] {
+		if !slices.Contains(keys, k) {
+			if logEach {
+				p.log.Info("Removing service", "service", k.String())
+			}
+			delete(p.plan.Services, k)
+			changed = append(changed, k)
+		}
+	}
+	if len(keys) == 0 {
+		delete(p.byService, name)
+	} else {
+		p.byService[name] = keys
+	}
+	return changed
+}
+
+func (p *Proxy) logChange(old, cur *plan.Service) {
+	if old == nil {
+		p.log.Info("Adding new service", "service", cur.Key.String(), "endpoints", len(cur.Endpoints))
+		return
+	}
+	p.log.Info("Updating endpoints", "service", cur.Key.String(), "endpoints", len(cur.Endpoints))
+}
+
+// LoadOnce runs src until it has delivered its initial objects, then stops it.
+func (p *Proxy) LoadOnce(ctx context.Context, src source.Source) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	synced := make(chan struct{})
+	var once sync.Once
+	p.trigger = func() {
+		if p.tracker.Synced() {
+			once.Do(func() { close(synced) })
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- src.Run(ctx, p.tracker) }()
+	select {
+	case <-synced:
+		cancel()
+		<-errc
+		return nil
+	case err := <-errc:
+		if err == nil {
+			err = errors.New("source stopped before its initial sync")
+		}
+		return err
+	}
+}
+
+// Run feeds the tracker from src and syncs on the runner's schedule until ctx
+// is done. The first sync waits for the source's initial objects. Rules are
+// left in place on return.
+func (p *Proxy) Run(ctx context.Context, src source.Source, opts runner.Options) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r := runner.New(p.Sync, opts)
+	synced := make(chan struct{})
+	var once sync.Once
+	p.trigger = func() {
+		if p.tracker.Synced() {
+			once.Do(func() { close(synced) })
+			r.Trigger()
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- src.Run(ctx, p.tracker) }()
+	select {
+	case <-synced:
+	case err := <-errc:
+		return fmt.Errorf("source: %w", err)
+	case <-ctx.Done():
+		return nil
+	}
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	select {
+	case err := <-errc:
+		cancel()
+		<-done
+		if err != nil {
+			return fmt.Errorf("source: %w", err)
+		}
+		return nil
+	case <-done:
+		return nil
+	}
+}
