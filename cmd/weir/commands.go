@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/backends/nftables"
+	"github.com/weirproxy/weir/core/config"
+	"github.com/weirproxy/weir/core/proxy"
+	"github.com/weirproxy/weir/core/runner"
+	"github.com/weirproxy/weir/core/source"
+	"github.com/weirproxy/weir/core/source/files"
+)
+
+// errUsage marks errors in how the command was invoked.
+var errUsage = errors.New("usage error")
+
+// environment is what every command gets: its configuration, log and flags.
+type environment struct {
+	cfg    *config.Config
+	log    *slog.Logger
+	flags  *pflag.FlagSet
+	stdout io.Writer
+}
+
+func setup(cmd *command, args []string, stdout, stderr io.Writer) (*environment, error) {
+	fs := pflag.NewFlagSet("weir "+cmd.name, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config.RegisterFlags(fs)
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	cfg, err := config.Load(fs, os.Environ())
+	if err != nil {
+		return nil, err
+	}
+	return &environment{cfg: cfg, log: newLogger(cfg.Log, stderr), flags: fs, stdout: stdout}, nil
+}
+
+func newLogger(c config.LogConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func newSource(env *environment) (source.Source, error) {
+	switch env.cfg.Source.Kind {
+	case "files":
+		return files.New(env.cfg.Source.Path, env.log), nil
+	}
+	return nil, fmt.Errorf("source.kind %q is not available in this build yet; use files", env.cfg.Source.Kind)
+}
+
+// closingBackend is a backend that holds a kernel handle.
+type closingBackend interface {
+	backends.Backend
+	Close() error
+}
+
+func newBackend(env *environment) (closingBackend, error) {
+	cfg := env.cfg
+	switch cfg.Mode {
+	case "nftables":
+		return nftables.New(nftables.Options{
+			Table:         cfg.NFTables.Table,
+			ClusterCIDRs:  cfg.ClusterCIDRs,
+			MasqueradeAll: cfg.MasqueradeAll,
+			NodePortCIDRs: cfg.NodePortAddresses.CIDRs,
+			Log:           env.log,
+		})
+	}
+	return nil, fmt.Errorf("mode %q is not available in this build yet; use nftables", cfg.Mode)
+}
+
+// signalContext is cancelled by SIGINT or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func runDaemon(env *environment) error {
+	src, err := newSource(env)
+	if err != nil {
+		return err
+	}
+	be, err := newBackend(env)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	ctx, cancel := signalContext()
+	defer cancel()
+	p := proxy.New(proxy.Options{NodeName: env.cfg.NodeName, Backend: be, Log: env.log})
+	env.log.Info("Starting Weir", "version", version, "mode", env.cfg.Mode, "node", env.cfg.NodeName,
+		"source", env.cfg.Source.Kind, "path", env.cfg.Source.Path)
+	err = p.Run(ctx, src, runner.Options{MinInterval: env.cfg.MinSyncPeriod, MaxInterval: env.cfg.SyncPeriod})
+	env.log.Info("Stopping Weir; the rules stay in place")
+	return err
+}
+
+func syncFlags(fs *pflag.FlagSet) {
+	fs.Bool("once", false, "sync once and exit (required)")
+}
+
+func runSync(env *environment) error {
+	if once, _ := env.flags.GetBool("once"); !once {
+		return fmt.Errorf("%w: weir sync needs --once (use weir run for the daemon)", errUsage)
+	}
+	be, err := newBackend(env)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	p, err := loadedProxy(env, be)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return p.Sync(ctx, true)
+}
+
+func runPlan(env *environment) error {
+	p, err := loadedProxy(env, nil)
+	if err != nil {
+		return err
+	}
+	if err := p.Sync(context.Background(), true); err != nil {
+		return err
+	}
+	_, err = io.WriteString(env.stdout, p.Plan().String())
+	return err
+}
+
+// loadedProxy returns a proxy that has read the source's current objects.
+func loadedProxy(env *environment, be backends.Backend) (*proxy.Proxy, error) {
+	src, err := newSource(env)
+	if err != nil {
+		return nil, err
+	}
+	p := proxy.New(proxy.Options{NodeName: env.cfg.NodeName, Backend: be, Log: env.log})
+	ctx, cancel := signalContext()
+	defer cancel()
+	if err := p.LoadOnce(ctx, src); err != nil {
+		return nil, fmt.Errorf("source %s: %w", env.cfg.Source.Kind, err)
+	}
+	return p, nil
+}
+
+func runCleanup(env *environment) error {
+	be, err := newBackend(env)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	if err := be.Cleanup(context.Background()); err != nil {
+		return err
+	}
+	env.log.Info("Removed Weir's rules", "mode", env.cfg.Mode)
+	return nil
+}

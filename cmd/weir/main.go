@@ -1,0 +1,93 @@
+// Command weir is a Kubernetes Service proxy: a kube-proxy replacement whose
+// rule plan passes through WASM hook plugins before a kernel backend commits it.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/weirproxy/weir/core/config"
+)
+
+// Exit codes: 1 for a failed operation, 2 for bad usage or configuration.
+const (
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+type command struct {
+	name    string
+	summary string
+	flags   func(fs *pflag.FlagSet)
+	run     func(env *environment) error
+}
+
+var commands = []command{
+	{"run", "watch the source and keep the kernel's rules in sync (the daemon)", nil, runDaemon},
+	{"sync", "sync the rules once and exit (requires --once)", syncFlags, runSync},
+	{"plan", "print the rule plan computed from the source; touches no kernel", nil, runPlan},
+	{"cleanup", "remove every rule Weir installed", nil, runCleanup},
+	{"version", "print the version", nil, nil},
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		return exitUsage
+	}
+	cmd := findCommand(args[0])
+	if cmd == nil {
+		fmt.Fprintf(stderr, "weir: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return exitUsage
+	}
+	if cmd.name == "version" {
+		fmt.Fprintf(stdout, "weir %s\n", version)
+		return 0
+	}
+	env, err := setup(cmd, args[1:], stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "weir %s: %v\n", cmd.name, err)
+		var cerr *config.Error
+		if errors.As(err, &cerr) || errors.Is(err, errUsage) || errors.Is(err, pflag.ErrHelp) {
+			return exitUsage
+		}
+		return exitFailed
+	}
+	if err := cmd.run(env); err != nil {
+		env.log.Error("Failed to execute "+cmd.name, "error", err)
+		if errors.Is(err, errUsage) {
+			return exitUsage
+		}
+		return exitFailed
+	}
+	return 0
+}
+
+func findCommand(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: weir <command> [flags]\n\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'weir <command> --help' for the flags of a command.")
+}
