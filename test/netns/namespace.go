@@ -1,0 +1,195 @@
+// Package netns builds a small Kubernetes-like cluster out of Linux network
+// namespaces on one machine, for kernel tests of Weir's backends and for the
+// demo.
+//
+// A Topology has a node namespace, where Weir runs and programs the kernel,
+// a client namespace outside the node, and any number of pod namespaces,
+// each joined to the node by its own veth pair. Pods run small TCP and UDP
+// servers that answer every connection or datagram with one line naming the
+// pod and the source address it saw, so tests can assert which pod answered
+// and whether the source was masqueraded.
+//
+// Everything lives inside namespaces the Topology creates: no interface,
+// address or route is ever added to the caller's namespace (each veth is
+// created in the node with its peer placed directly in the other
+// namespace), and Close removes all of it. Creating namespaces needs root
+// (CAP_SYS_ADMIN and CAP_NET_ADMIN). Only IPv4 is wired up.
+//
+// # Addressing and routing
+//
+//   - Client link: the node holds NodeIP (172.30.0.1/24 by default), the
+//     client ClientIP (172.30.0.2/24). The client's default route is the
+//     node, so it reaches service VIPs, NodePorts and pod IPs through it.
+//   - The node's default route points back at the client, as a real node's
+//     points at its upstream gateway. That gives locally generated packets
+//     to a service VIP (or any external or load-balancer address) a route,
+//     and so a source address, before the output hook's DNAT rewrites them
+//     and the kernel reroutes them to a pod. A packet nobody rewrites is
+//     handed to the client, which does not forward, and dies there: no
+//     traffic can leave the namespaces. The node sends no ICMP redirects.
+//   - Pods: each pod holds its IP as a /32 on eth0 and a default route via
+//     PodGateway (169.254.1.1) with onlink. The node's end of the veth holds
+//     169.254.1.1/32 with link scope, so it answers the pod's ARP without
+//     proxy ARP, and, being link-scoped, is never picked as a source address
+//     (masquerade picks NodeIP). The node routes each pod's /32 to its veth
+//     with NodeIP as preferred source, so node-to-pod traffic comes from
+//     NodeIP too.
+//   - ICMP rate limiting is off in every namespace (icmp_ratemask=0), so a
+//     reject answers every probe, not six and then one a second.
+package netns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// runDir is where named namespaces are bind-mounted, as iproute2 expects.
+const runDir = "/run/netns"
+
+// Namespace is a named network namespace, visible to `ip netns` while open.
+type Namespace struct {
+	// Name is the namespace's name under /run/netns.
+	Name string
+
+	mu     sync.Mutex
+	handle netns.NsHandle // -1 once closed
+}
+
+// newNamespace creates a network namespace and bind-mounts it at
+// /run/netns/<name>. The calling thread's namespace is never changed.
+func newNamespace(name string) (*Namespace, error) {
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(runDir, name)
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return nil, fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	f.Close()
+	err = onThread(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("unshare: %w", err)
+		}
+		return unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
+	})
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	h, err := netns.GetFromPath(path)
+	if err != nil {
+		unmount(path)
+		return nil, fmt.Errorf("open namespace %s: %w", name, err)
+	}
+	return &Namespace{Name: name, handle: h}, nil
+}
+
+// unmount detaches the namespace's bind mount and removes the mount point.
+func unmount(path string) error {
+	err := unix.Unmount(path, unix.MNT_DETACH)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		err = nil // not mounted
+	}
+	if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+		err = errors.Join(err, rmErr)
+	}
+	return err
+}
+
+// close releases the handle and the bind mount. The kernel destroys the
+// namespace, with its interfaces, once no socket or process still uses it.
+// close is idempotent.
+func (n *Namespace) close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.handle == -1 {
+		return nil
+	}
+	err := n.handle.Close()
+	n.handle = -1
+	if uerr := unmount(filepath.Join(runDir, n.Name)); uerr != nil {
+		err = errors.Join(err, fmt.Errorf("remove namespace %s: %w", n.Name, uerr))
+	}
+	return err
+}
+
+// Fd returns a file descriptor referring to the namespace, valid until the
+// Topology is closed; e.g. for nftables.New(nftables.WithNetNSFd(fd)) or
+// netns.NsHandle(fd).
+func (n *Namespace) Fd() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return int(n.handle)
+}
+
+// Do runs fn on an OS thread switched into the namespace and returns fn's error.
+//
+// fn runs on its own goroutine, locked to its thread. Sockets fn creates
+// stay in the namespace after Do returns; goroutines fn starts do not run
+// in the namespace.
+func (n *Namespace) Do(fn func() error) error {
+	n.mu.Lock()
+	h := n.handle
+	n.mu.Unlock()
+	if h == -1 {
+		return fmt.Errorf("namespace %s is closed", n.Name)
+	}
+	return onThread(func() error {
+		if err := netns.Set(h); err != nil {
+			return fmt.Errorf("enter namespace %s: %w", n.Name, err)
+		}
+		return fn()
+	})
+}
+
+// onThread runs fn on a fresh locked OS thread and then moves the thread
+// back to its original namespace. If that fails, the thread stays locked
+// so the runtime discards it when the goroutine exits.
+func onThread(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("get current namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		err = fn()
+		if rerr := netns.Set(orig); rerr != nil {
+			errc <- errors.Join(err, fmt.Errorf("restore namespace: %w", rerr))
+			return // thread stays locked and dies with this goroutine
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	return <-errc
+}
+
+// Sysctl writes value to the namespace's sysctl key, e.g.
+// Sysctl("net.ipv4.ip_forward", "1").
+func (n *Namespace) Sysctl(key, value string) error {
+	path := filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/"))
+	return n.Do(func() error {
+		// /proc/sys/net resolves against the opening thread's namespace.
+		return os.WriteFile(path, []byte(value), 0o644)
+	})
+}
+
+// Command returns a command that runs name with args inside the namespace,
+// through `ip netns exec`.
+func (n *Namespace) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+}
