@@ -140,6 +140,12 @@ func pickAndDNAT(weight uint32, endpointsMap string) []expr.Any {
 
 func masquerade() expr.Any { return &expr.Masq{FullyRandom: true} }
 
+func isTCP() []expr.Any {
+	return []expr.Any{loadL4Proto(regScratch), &expr.Cmp{Op: expr.CmpOpEq, Register: regScratch, Data: []byte{6}}}
+}
+
+func rejectTCPReset() expr.Any { return &expr.Reject{Type: unix.NFT_REJECT_TCP_RST} }
+
 func rejectPortUnreachable() expr.Any {
 	return &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: icmpPortUnreachable}
 }

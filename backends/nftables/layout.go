@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/nftables"
@@ -165,16 +166,25 @@ func (l *layout) masqueradeRules(t *txn) {
 
 func (l *layout) endpointCheckRules(t *txn) {
 	c := l.chain(chainEPCheck)
-	exprs := append(append(ctStateNew(), ipKeyExprs()...), lookup(regKey, setNoEPIPs, false), rejectPortUnreachable())
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text:  "ct state new ip daddr . meta l4proto . th dport @" + setNoEPIPs + " reject",
-		exprs: exprs,
-	}})
-	exprs = append(append(append(ctStateNew(), daddrLocal()...), portKeyExprs()...), lookup(regKey, setNoEPNodePorts, false), rejectPortUnreachable())
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text:  "ct state new fib daddr type local meta l4proto . th dport @" + setNoEPNodePorts + " reject",
-		exprs: exprs,
-	}})
+	matches := []struct {
+		text  string
+		exprs []expr.Any
+	}{
+		{"ct state new ip daddr . meta l4proto . th dport @" + setNoEPIPs,
+			append(append(ctStateNew(), ipKeyExprs()...), lookup(regKey, setNoEPIPs, false))},
+		{"ct state new fib daddr type local meta l4proto . th dport @" + setNoEPNodePorts,
+			append(append(append(ctStateNew(), daddrLocal()...), portKeyExprs()...), lookup(regKey, setNoEPNodePorts, false))},
+	}
+	// A TCP reset is refused at once even when the client's connect() is
+	// still holding its socket (veth delivers the ICMP error synchronously and
+	// TCP then treats it as soft); everything else gets ICMP port unreachable.
+	for _, m := range matches {
+		t.add(op{kind: opAddRule, chain: c, rule: &rule{
+			text:  m.text + " meta l4proto tcp reject with tcp reset",
+			exprs: append(append(slices.Clone(m.exprs), isTCP()...), rejectTCPReset()),
+		}})
+		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: m.text + " reject", exprs: append(m.exprs, rejectPortUnreachable())}})
+	}
 }
 
 // addPick appends the chains and map serving every service of total weight w.

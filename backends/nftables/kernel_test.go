@@ -1,0 +1,253 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/weirproxy/weir/sdk/plan"
+	"github.com/weirproxy/weir/test/netns"
+)
+
+// Kernel tests: a real node namespace programmed by the backend, pods that
+// answer with their name, and real connections.
+
+var (
+	podA = netip.MustParseAddr("10.244.0.11")
+	podB = netip.MustParseAddr("10.244.0.12")
+	podC = netip.MustParseAddr("10.244.0.13")
+)
+
+const podPort = 8080
+
+func newCluster(t *testing.T, opts Options) (*netns.Topology, *Backend) {
+	t.Helper()
+	topo := netns.NewT(t, netns.Options{Pods: []netns.PodSpec{
+		{Name: "pod-a", IP: podA, Ports: []uint16{podPort}},
+		{Name: "pod-b", IP: podB, Ports: []uint16{podPort}},
+		{Name: "pod-c", IP: podC, Ports: []uint16{podPort}},
+	}})
+	opts.NetNS = topo.Node.Fd()
+	b, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return topo, b
+}
+
+func podEP(a netip.Addr, weight uint32) plan.Endpoint { return ep(a.String(), podPort, weight) }
+
+func mustSync(t *testing.T, b *Backend, p *plan.Plan, changed []plan.Key) {
+	t.Helper()
+	if err := b.Sync(context.Background(), p, changed); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+}
+
+// dialMany makes n connections from ns to addr and returns who answered.
+func dialMany(t *testing.T, ns *netns.Namespace, addr netip.AddrPort, n int) []netns.Answer {
+	t.Helper()
+	var out []netns.Answer
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		a, err := ns.DialTCP(ctx, addr)
+		cancel()
+		if err != nil {
+			t.Fatalf("dial %s from %s: %v", addr, ns.Name, err)
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func wantPods(t *testing.T, what string, answers []netns.Answer, pods ...string) {
+	t.Helper()
+	tally := netns.Tally(answers)
+	for _, p := range pods {
+		if tally[p] == 0 {
+			t.Errorf("%s: %s never answered (tally %v)", what, p, tally)
+		}
+	}
+	if len(tally) != len(pods) {
+		t.Errorf("%s: answered by %v, want exactly %v", what, tally, pods)
+	}
+}
+
+var vip = netip.MustParseAddr("10.96.0.10")
+
+func TestKernelClusterIPAndNodePort(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080, podEP(podA, 1), podEP(podB, 1), podEP(podC, 1))
+	mustSync(t, b, testPlan(web), nil)
+
+	clusterIP := netip.AddrPortFrom(vip, 80)
+	answers := dialMany(t, topo.Client, clusterIP, 60)
+	wantPods(t, "ClusterIP from the client", answers, "pod-a", "pod-b", "pod-c")
+	if src := answers[0].Source.Addr(); src != topo.ClientIP {
+		t.Errorf("ClusterIP from the client: pod saw %s, want the client's own %s (no clusterCIDRs, no masquerade)", src, topo.ClientIP)
+	}
+	wantPods(t, "ClusterIP from the node", dialMany(t, topo.Node, clusterIP, 60), "pod-a", "pod-b", "pod-c")
+
+	nodePort := netip.AddrPortFrom(topo.NodeIP, 30080)
+	answers = dialMany(t, topo.Client, nodePort, 60)
+	wantPods(t, "NodePort from the client", answers, "pod-a", "pod-b", "pod-c")
+	for _, a := range answers {
+		if a.Source.Addr() != topo.NodeIP {
+			t.Fatalf("NodePort: pod saw %s, want the node's %s (external traffic is masqueraded)", a.Source, topo.NodeIP)
+		}
+	}
+}
+
+func TestKernelHairpin(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	// pod-a is the only endpoint, so pod-a → VIP → pod-a.
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1))
+	mustSync(t, b, testPlan(web), nil)
+	for _, a := range dialMany(t, topo.Pods["pod-a"].NS, netip.AddrPortFrom(vip, 80), 5) {
+		if a.Pod != "pod-a" || a.Source.Addr() != topo.NodeIP {
+			t.Fatalf("hairpin: got %s, want pod-a answering a masqueraded source %s", a, topo.NodeIP)
+		}
+	}
+}
+
+func TestKernelMasqueradeByClusterCIDRs(t *testing.T) {
+	topo, b := newCluster(t, Options{ClusterCIDRs: []netip.Prefix{topo0PodCIDR}})
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podB, 1))
+	mustSync(t, b, testPlan(web), nil)
+	addr := netip.AddrPortFrom(vip, 80)
+	if a := dialMany(t, topo.Client, addr, 1)[0]; a.Source.Addr() != topo.NodeIP {
+		t.Errorf("from outside clusterCIDRs: pod saw %s, want masqueraded to %s", a.Source, topo.NodeIP)
+	}
+	if a := dialMany(t, topo.Pods["pod-a"].NS, addr, 1)[0]; a.Source.Addr() != podA {
+		t.Errorf("from a pod: pod saw %s, want the pod's own %s", a.Source, podA)
+	}
+}
+
+var topo0PodCIDR = netip.MustParsePrefix("10.244.0.0/16")
+
+func TestKernelNoEndpointsIsRefusedAtOnce(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	empty := svc("default", "empty", "http", plan.TCP, vip.String(), 80, 30081)
+	mustSync(t, b, testPlan(empty), nil)
+	for _, addr := range []netip.AddrPort{netip.AddrPortFrom(vip, 80), netip.AddrPortFrom(topo.NodeIP, 30081)} {
+		for _, ns := range []*netns.Namespace{topo.Client, topo.Node, topo.Pods["pod-a"].NS} {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			start := time.Now()
+			_, err := ns.DialTCP(ctx, addr)
+			cancel()
+			if !errors.Is(err, netns.ErrRefused) {
+				t.Errorf("%s from %s: got %v, want connection refused", addr, ns.Name, err)
+			} else if d := time.Since(start); d > 500*time.Millisecond {
+				t.Errorf("%s from %s: refused after %s, want at once", addr, ns.Name, d)
+			}
+		}
+	}
+}
+
+func TestKernelRemovedEndpointGetsNoTraffic(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1), podEP(podB, 1), podEP(podC, 1))
+	p := testPlan(web)
+	mustSync(t, b, p, nil)
+	addr := netip.AddrPortFrom(vip, 80)
+	wantPods(t, "before", dialMany(t, topo.Client, addr, 60), "pod-a", "pod-b", "pod-c")
+
+	smaller := web.Clone()
+	smaller.Endpoints = []plan.Endpoint{podEP(podA, 1), podEP(podC, 1)}
+	p.Services[web.Key] = smaller
+	mustSync(t, b, p, []plan.Key{web.Key})
+	wantPods(t, "after removing pod-b", dialMany(t, topo.Client, addr, 60), "pod-a", "pod-c")
+
+	swapped := web.Clone()
+	swapped.Endpoints = []plan.Endpoint{podEP(podA, 1), podEP(podB, 1)}
+	p.Services[web.Key] = swapped
+	mustSync(t, b, p, []plan.Key{web.Key})
+	wantPods(t, "after swapping pod-c for pod-b", dialMany(t, topo.Client, addr, 60), "pod-a", "pod-b")
+
+	delete(p.Services, web.Key)
+	mustSync(t, b, p, []plan.Key{web.Key})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if a, err := topo.Client.DialTCP(ctx, addr); err == nil {
+		t.Errorf("after deleting the service: %s still answered", a.Pod)
+	}
+}
+
+func TestKernelWeights(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 3), podEP(podB, 1))
+	mustSync(t, b, testPlan(web), nil)
+	const n = 400
+	tally := netns.Tally(dialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), n))
+	// 3:1 over 400 draws: pod-a expects 300 with a standard deviation of ~8.7;
+	// 255..345 is more than five deviations either side.
+	if tally["pod-a"] < 255 || tally["pod-a"] > 345 || tally["pod-a"]+tally["pod-b"] != n {
+		t.Errorf("weights 3:1: got %v, want about 300/100", tally)
+	}
+}
+
+func TestKernelFailedTransactionKeepsRules(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1))
+	p := testPlan(web)
+	mustSync(t, b, p, nil)
+
+	// Make the backend believe it committed a service the kernel never saw:
+	// deleting it sends element deletions the kernel rejects, failing the
+	// whole transaction, which also carries a real change to web.
+	ghost := svc("default", "ghost", "", plan.TCP, "10.96.0.99", 80, 0, podEP(podC, 1))
+	b.state.services[ghost.Key] = newServiceState(ghost, 999)
+	b.state.picks[1]++
+	moved := web.Clone()
+	moved.Endpoints = []plan.Endpoint{podEP(podB, 1)}
+	p.Services[web.Key] = moved
+	if err := b.Sync(context.Background(), p, []plan.Key{ghost.Key, web.Key}); err == nil {
+		t.Fatal("sync with a bogus deletion succeeded; want the kernel to reject the transaction")
+	}
+	addr := netip.AddrPortFrom(vip, 80)
+	wantPods(t, "after the failed transaction", dialMany(t, topo.Client, addr, 10), "pod-a")
+
+	mustSync(t, b, p, nil)
+	wantPods(t, "after the next full sync", dialMany(t, topo.Client, addr, 10), "pod-b")
+}
+
+// TestKernelOneChangeTouchesOneService watches the kernel's own change
+// notifications while one endpoint of one service among many is replaced:
+// the transaction must carry that service's elements and nothing else.
+func TestKernelOneChangeTouchesOneService(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	p := testPlan()
+	var keys []plan.Key
+	for i := range 50 {
+		s := svc("default", "svc-"+string(rune('a'+i/26))+string(rune('a'+i%26)), "http", plan.TCP,
+			netip.AddrFrom4([4]byte{10, 96, 1, byte(i)}).String(), 80, uint16(30100+i), podEP(podA, 1), podEP(podB, 1))
+		p.Services[s.Key] = s
+		keys = append(keys, s.Key)
+	}
+	mustSync(t, b, p, nil)
+
+	events := watchElements(t, topo)
+	changedKey := keys[17]
+	changed := p.Services[changedKey].Clone()
+	changed.Endpoints[1] = podEP(podC, 1)
+	p.Services[changedKey] = changed
+	mustSync(t, b, p, []plan.Key{changedKey})
+
+	target := b.state.services[changedKey].target
+	got := <-events
+	if len(got) == 0 {
+		t.Fatal("saw no element changes for the one-service transaction")
+	}
+	for _, ev := range got {
+		if !ev.aboutTarget(target) && !ev.hairpinOf(podB, podC) {
+			t.Errorf("transaction touched %s, which is not service %s (target %d)", ev, changedKey, target)
+		}
+	}
+	addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, 1, 17}), 80)
+	wantPods(t, "changed service", dialMany(t, topo.Client, addr, 40), "pod-a", "pod-c")
+	other := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, 1, 18}), 80)
+	wantPods(t, "untouched neighbour", dialMany(t, topo.Client, other, 40), "pod-a", "pod-b")
+}
