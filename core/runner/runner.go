@@ -93,17 +93,16 @@ func (r *Runner) Run(ctx context.Context) {
 	}
 }
 
-// wait returns how long to wait before the next sync is due.
+// wait returns how long to wait before the next sync is due. Every sync,
+// the periodic full one included, starts at least MinInterval after the
+// previous one.
 func (r *Runner) wait(s *schedule, now time.Time) time.Duration {
 	due := s.nextFull
 	if s.pending {
-		due = s.lastRun.Add(r.opts.MinInterval)
-		if s.retryAt.After(due) {
-			due = s.retryAt
-		}
-		if s.nextFull.Before(due) && s.retryAt.IsZero() {
-			due = s.nextFull
-		}
+		due = s.retryAt // zero, so as soon as allowed, unless a sync failed
+	}
+	if earliest := s.lastRun.Add(r.opts.MinInterval); due.Before(earliest) {
+		due = earliest
 	}
 	return due.Sub(now)
 }
