@@ -31,8 +31,8 @@ const (
 	setHairpin       = "hairpin" // endpoint address . same address
 )
 
-func pickIPChain(w uint32) string   { return fmt.Sprintf("pick-ip-%d", w) }
-func pickNPChain(w uint32) string   { return fmt.Sprintf("pick-np-%d", w) }
+func pickIPChain(w uint32) string  { return fmt.Sprintf("pick-ip-%d", w) }
+func pickNPChain(w uint32) string  { return fmt.Sprintf("pick-np-%d", w) }
 func endpointsMap(w uint32) string { return fmt.Sprintf("endpoints-%d", w) }
 
 var (
