@@ -78,6 +78,9 @@ type closingBackend interface {
 
 func newBackend(env *environment) (closingBackend, error) {
 	cfg := env.cfg
+	if cfg.NodePortAddresses.Primary {
+		env.log.Warn("nodePortAddresses: primary is not implemented yet; serving NodePorts on every local address")
+	}
 	switch cfg.Mode {
 	case "nftables":
 		return nftables.New(nftables.Options{
