@@ -57,6 +57,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	env, err := setup(cmd, args[1:], stdout, stderr)
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "weir %s: %v\n", cmd.name, err)
 		var cerr *config.Error

@@ -39,6 +39,12 @@ type Proxy struct {
 	mu        sync.Mutex
 	plan      *plan.Plan
 	byService map[string][]plan.Key // namespace/name -> its keys in plan
+	// problems remembers each service's last reported bad input, so a
+	// warning is logged when it appears or changes, not on every sync.
+	problems map[string][]planner.Problem
+	// resync is set after a failed commit: the keys that commit carried are
+	// no longer pending anywhere, so the next sync must be a full one.
+	resync bool
 }
 
 // New returns a proxy with an empty plan.
@@ -51,6 +57,7 @@ func New(opts Options) *Proxy {
 		log:       opts.Log,
 		plan:      &plan.Plan{Node: plan.Node{Name: opts.NodeName}, Services: map[plan.Key]*plan.Service{}},
 		byService: map[string][]plan.Key{},
+		problems:  map[string][]planner.Problem{},
 	}
 	p.tracker = tracker.New(func() {
 		if p.trigger != nil {
@@ -71,11 +78,13 @@ func (p *Proxy) Plan() *plan.Plan {
 }
 
 // Sync plans the services touched since the last sync (every service when
-// full is set) and commits the result with the backend.
+// full is set) and commits the result with the backend. The sync after a
+// failed one is always full.
 func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	start := time.Now()
+	full = full || p.resync
 	p.log.Info("Syncing rules", "full", full)
 	changed := p.update(full)
 	if p.opts.Backend == nil || (!full && len(changed) == 0) {
@@ -86,9 +95,11 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 		keys = nil
 	}
 	if err := p.opts.Backend.Sync(ctx, p.plan, keys); err != nil {
+		p.resync = true
 		p.log.Error("Failed to execute sync; keeping the previous rules", "error", err, "full", full)
 		return err
 	}
+	p.resync = false
 	p.log.Info("Synced rules", "full", full, "services", len(p.plan.Services), "changed", len(changed),
 		"duration", time.Since(start).Round(time.Microsecond))
 	return nil
@@ -105,12 +116,25 @@ func (p *Proxy) update(full bool) []plan.Key {
 	var changed []plan.Key
 	for _, name := range slices.Sorted(maps.Keys(snap.Services)) {
 		services, problems := planner.Service(cfg, snap.Services[name])
-		for _, pr := range problems {
-			p.log.Warn("Skipping invalid input", "object", pr.Object, "field", pr.Field, "reason", pr.Reason)
-		}
+		p.reportProblems(name, problems)
 		changed = p.replace(name, services, changed, !full)
 	}
 	return changed
+}
+
+// reportProblems logs a service's skipped input once per change of it.
+func (p *Proxy) reportProblems(name string, problems []planner.Problem) {
+	if slices.Equal(p.problems[name], problems) {
+		return
+	}
+	for _, pr := range problems {
+		p.log.Warn("Skipping invalid input", "object", pr.Object, "field", pr.Field, "reason", pr.Reason)
+	}
+	if len(problems) == 0 {
+		delete(p.problems, name)
+	} else {
+		p.problems[name] = problems
+	}
 }
 
 // replace swaps one service's keys in the plan for its new plan services and
@@ -151,7 +175,13 @@ func (p *Proxy) logChange(old, cur *plan.Service) {
 		p.log.Info("Adding new service", "service", cur.Key.String(), "endpoints", len(cur.Endpoints))
 		return
 	}
-	p.log.Info("Updating endpoints", "service", cur.Key.String(), "endpoints", len(cur.Endpoints))
+	onlyEndpoints := old.Clone()
+	onlyEndpoints.Endpoints = cur.Endpoints
+	if onlyEndpoints.Equal(cur) {
+		p.log.Info("Updating endpoints", "service", cur.Key.String(), "endpoints", len(cur.Endpoints))
+		return
+	}
+	p.log.Info("Updating service", "service", cur.Key.String(), "endpoints", len(cur.Endpoints))
 }
 
 // LoadOnce runs src until it has delivered its initial objects, then stops it.
@@ -200,7 +230,7 @@ func (p *Proxy) Run(ctx context.Context, src source.Source, opts runner.Options)
 	select {
 	case <-synced:
 	case err := <-errc:
-		return fmt.Errorf("source: %w", err)
+		return sourceResult(ctx, err)
 	case <-ctx.Done():
 		return nil
 	}
@@ -208,13 +238,23 @@ func (p *Proxy) Run(ctx context.Context, src source.Source, opts runner.Options)
 	go func() { r.Run(ctx); close(done) }()
 	select {
 	case err := <-errc:
+		err = sourceResult(ctx, err)
 		cancel()
 		<-done
-		if err != nil {
-			return fmt.Errorf("source: %w", err)
-		}
-		return nil
+		return err
 	case <-done:
 		return nil
 	}
+}
+
+// sourceResult is what Run returns once the source's Run returned err: nil
+// when ctx is done and the source stopped cleanly, else an error.
+func sourceResult(ctx context.Context, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("source: %w", err)
+	case ctx.Err() != nil:
+		return nil
+	}
+	return errors.New("source: stopped before its context was done")
 }

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/weirproxy/weir/test/netns"
+)
+
+// The demo's cluster: examples/demo/*.yaml describe these pods.
+const (
+	demoNode    = "weir-demo-node"
+	demoPodPort = 8080
+)
+
+var (
+	demoPods = []netns.PodSpec{
+		{Name: "pod-a", IP: netip.MustParseAddr("10.244.0.11"), Ports: []uint16{demoPodPort}},
+		{Name: "pod-b", IP: netip.MustParseAddr("10.244.0.12"), Ports: []uint16{demoPodPort}},
+		{Name: "pod-c", IP: netip.MustParseAddr("10.244.0.13"), Ports: []uint16{demoPodPort}},
+	}
+	webVIP = netip.MustParseAddrPort("10.96.0.10:80")
+)
+
+// TestKernelDemo runs the weir binary against the demo manifests in a node
+// namespace and sends real connections to the ClusterIP from a client.
+func TestKernelDemo(t *testing.T) {
+	netns.RequireRoot(t)
+	weir := buildWeir(t)
+	dir := copyDemo(t)
+	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	sourceArgs := []string{"--source-path", dir, "--node-name", demoNode}
+
+	// sync --once programs the rules and exits.
+	runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, sourceArgs...)...)
+	wantPods(t, "after weir sync --once", dialMany(t, topo.Client, webVIP, 60), "pod-a", "pod-b", "pod-c")
+
+	// cleanup removes them.
+	runWeir(t, topo.Node, weir, "cleanup")
+	if a, err := dialOnce(topo.Client, webVIP); err == nil {
+		t.Fatalf("after weir cleanup the ClusterIP still answers: %s", a)
+	}
+
+	// run keeps them in sync with the folder.
+	d := startDaemon(t, topo.Node, weir, append([]string{"run", "--min-sync-period", "0s"}, sourceArgs...)...)
+	waitAnswer(t, d, topo.Client, webVIP)
+	removeEndpoint(t, filepath.Join(dir, "web.yaml"), "pod-b")
+	waitWithout(t, d, topo.Client, webVIP, "pod-b", 40)
+	if want := `msg="Updating endpoints" service=default/web:http/TCP endpoints=2`; !strings.Contains(d.out.String(), want) {
+		t.Errorf("weir run did not log the partial sync %s:\n%s", want, d.out)
+	}
+
+	// SIGTERM stops it cleanly and leaves the rules serving.
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	if err := d.wait(10 * time.Second); err != nil {
+		t.Fatalf("weir run after SIGTERM: %v, want exit 0\n%s", err, d.out)
+	}
+	if !strings.Contains(d.out.String(), "Stopping Weir") {
+		t.Errorf("weir run did not log its shutdown:\n%s", d.out)
+	}
+	wantPods(t, "after weir run stopped", dialMany(t, topo.Client, webVIP, 30), "pod-a", "pod-c")
+
+	runWeir(t, topo.Node, weir, "cleanup")
+	if a, err := dialOnce(topo.Client, webVIP); err == nil {
+		t.Errorf("after the final weir cleanup the ClusterIP still answers: %s", a)
+	}
+}
+
+// buildWeir builds the command into a temporary directory.
+func buildWeir(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "weir")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// copyDemo copies examples/demo/*.yaml into a temporary directory.
+func copyDemo(t *testing.T) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "..", "examples", "demo", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("demo manifests: %v (found %d)", err, len(files))
+	}
+	dir := t.TempDir()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// runWeir runs weir to completion in ns and fails unless it exits 0.
+func runWeir(t *testing.T, ns *netns.Namespace, weir string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := ns.Command(ctx, weir, args...)
+	cmd.Env = weirEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("weir %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("weir %s:\n%s", strings.Join(args, " "), out)
+}
+
+// weirEnv is the test's environment without WEIR_* variables, which would
+// change what the command does.
+func weirEnv() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "WEIR_") })
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// daemon is a weir process running in the background.
+type daemon struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{} // closed when it has exited
+	err  error         // what Wait returned, once done is closed
+}
+
+// startDaemon starts weir in ns. It is killed when the test ends, on
+// every path, unless it has exited by then.
+func startDaemon(t *testing.T, ns *netns.Namespace, weir string, args ...string) *daemon {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &daemon{out: &syncBuffer{}, done: make(chan struct{})}
+	// `ip netns exec` execs weir in place, so the process is weir itself
+	// and signals reach it directly.
+	d.cmd = ns.Command(ctx, weir, args...)
+	d.cmd.Env = weirEnv()
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	d.cmd.WaitDelay = 5 * time.Second
+	if err := d.cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start weir %s: %v", strings.Join(args, " "), err)
+	}
+	go func() {
+		d.err = d.cmd.Wait()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		cancel() // kills it if it still runs
+		<-d.done
+		t.Logf("weir %s output:\n%s", strings.Join(args, " "), d.out)
+	})
+	return d
+}
+
+// wait waits up to timeout for the daemon to exit and returns how it ended.
+func (d *daemon) wait(timeout time.Duration) error {
+	select {
+	case <-d.done:
+		return d.err
+	case <-time.After(timeout):
+		return fmt.Errorf("still running after %s", timeout)
+	}
+}
+
+// mustRun fails the test if the daemon is no longer running.
+func (d *daemon) mustRun(t *testing.T) {
+	t.Helper()
+	select {
+	case <-d.done:
+		t.Fatalf("weir run exited early: %v\n%s", d.err, d.out)
+	default:
+	}
+}
+
+// dialOnce makes one connection with a short deadline.
+func dialOnce(ns *netns.Namespace, addr netip.AddrPort) (netns.Answer, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return ns.DialTCP(ctx, addr)
+}
+
+// dialMany makes n connections and fails the test on any error.
+func dialMany(t *testing.T, ns *netns.Namespace, addr netip.AddrPort, n int) []netns.Answer {
+	t.Helper()
+	answers := make([]netns.Answer, 0, n)
+	for range n {
+		a, err := dialOnce(ns, addr)
+		if err != nil {
+			t.Fatalf("dial %s from %s: %v", addr, ns.Name, err)
+		}
+		answers = append(answers, a)
+	}
+	return answers
+}
+
+// wantPods checks that exactly pods answered, each at least once.
+func wantPods(t *testing.T, what string, answers []netns.Answer, pods ...string) {
+	t.Helper()
+	tally := netns.Tally(answers)
+	for _, p := range pods {
+		if tally[p] == 0 {
+			t.Errorf("%s: %s never answered (tally %v)", what, p, tally)
+		}
+	}
+	if len(tally) != len(pods) {
+		t.Errorf("%s: answered by %v, want exactly %v", what, tally, pods)
+	}
+}
+
+// waitAnswer polls until addr answers.
+func waitAnswer(t *testing.T, d *daemon, ns *netns.Namespace, addr netip.AddrPort) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		d.mustRun(t)
+		if _, err = dialOnce(ns, addr); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s did not answer within 10s: %v", addr, err)
+}
+
+// waitWithout polls until n consecutive connections to addr succeed
+// without reaching pod.
+func waitWithout(t *testing.T, d *daemon, ns *netns.Namespace, addr netip.AddrPort, pod string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	run := 0
+	var last string
+	for time.Now().Before(deadline) {
+		d.mustRun(t)
+		a, err := dialOnce(ns, addr)
+		switch {
+		case err != nil:
+			run, last = 0, err.Error()
+		case a.Pod == pod:
+			run, last = 0, a.String()
+		default:
+			if run++; run == n {
+				return
+			}
+		}
+	}
+	t.Fatalf("%s still reached %s (or failed) within the last %d connections after 10s; last: %s", addr, pod, n, last)
+}
+
+// removeEndpoint rewrites the manifest file without the endpoints whose
+// target is pod, through a temporary hidden file and a rename, as an editor
+// or a ConfigMap update would.
+func removeEndpoint(t *testing.T, path, pod string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(data), "\n---\n")
+	found := false
+	for i, doc := range docs {
+		if !strings.Contains(doc, "kind: EndpointSlice") {
+			continue
+		}
+		var s discoveryv1.EndpointSlice
+		if err := yaml.UnmarshalStrict([]byte(doc), &s); err != nil {
+			t.Fatalf("%s: document %d: %v", path, i+1, err)
+		}
+		n := len(s.Endpoints)
+		s.Endpoints = slices.DeleteFunc(s.Endpoints, func(e discoveryv1.Endpoint) bool {
+			return e.TargetRef != nil && e.TargetRef.Name == pod
+		})
+		if len(s.Endpoints) == n {
+			continue
+		}
+		out, err := yaml.Marshal(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs[i], found = string(out), true
+	}
+	if !found {
+		t.Fatalf("%s: no EndpointSlice with an endpoint for %s", path, pod)
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, []byte(strings.Join(docs, "\n---\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(errors.Join(err, os.Remove(tmp)))
+	}
+}
