@@ -47,35 +47,6 @@ func mustSync(t *testing.T, b *Backend, p *plan.Plan, changed []plan.Key) {
 	}
 }
 
-// dialMany makes n connections from ns to addr and returns who answered.
-func dialMany(t *testing.T, ns *netns.Namespace, addr netip.AddrPort, n int) []netns.Answer {
-	t.Helper()
-	var out []netns.Answer
-	for range n {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		a, err := ns.DialTCP(ctx, addr)
-		cancel()
-		if err != nil {
-			t.Fatalf("dial %s from %s: %v", addr, ns.Name, err)
-		}
-		out = append(out, a)
-	}
-	return out
-}
-
-func wantPods(t *testing.T, what string, answers []netns.Answer, pods ...string) {
-	t.Helper()
-	tally := netns.Tally(answers)
-	for _, p := range pods {
-		if tally[p] == 0 {
-			t.Errorf("%s: %s never answered (tally %v)", what, p, tally)
-		}
-	}
-	if len(tally) != len(pods) {
-		t.Errorf("%s: answered by %v, want exactly %v", what, tally, pods)
-	}
-}
-
 var vip = netip.MustParseAddr("10.96.0.10")
 
 func TestKernelClusterIPAndNodePort(t *testing.T) {
@@ -84,16 +55,16 @@ func TestKernelClusterIPAndNodePort(t *testing.T) {
 	mustSync(t, b, testPlan(web), nil)
 
 	clusterIP := netip.AddrPortFrom(vip, 80)
-	answers := dialMany(t, topo.Client, clusterIP, 60)
-	wantPods(t, "ClusterIP from the client", answers, "pod-a", "pod-b", "pod-c")
+	answers := netns.DialMany(t, topo.Client, clusterIP, 60)
+	netns.WantPods(t, "ClusterIP from the client", answers, "pod-a", "pod-b", "pod-c")
 	if src := answers[0].Source.Addr(); src != topo.ClientIP {
 		t.Errorf("ClusterIP from the client: pod saw %s, want the client's own %s (no clusterCIDRs, no masquerade)", src, topo.ClientIP)
 	}
-	wantPods(t, "ClusterIP from the node", dialMany(t, topo.Node, clusterIP, 60), "pod-a", "pod-b", "pod-c")
+	netns.WantPods(t, "ClusterIP from the node", netns.DialMany(t, topo.Node, clusterIP, 60), "pod-a", "pod-b", "pod-c")
 
 	nodePort := netip.AddrPortFrom(topo.NodeIP, 30080)
-	answers = dialMany(t, topo.Client, nodePort, 60)
-	wantPods(t, "NodePort from the client", answers, "pod-a", "pod-b", "pod-c")
+	answers = netns.DialMany(t, topo.Client, nodePort, 60)
+	netns.WantPods(t, "NodePort from the client", answers, "pod-a", "pod-b", "pod-c")
 	for _, a := range answers {
 		if a.Source.Addr() != topo.NodeIP {
 			t.Fatalf("NodePort: pod saw %s, want the node's %s (external traffic is masqueraded)", a.Source, topo.NodeIP)
@@ -106,7 +77,7 @@ func TestKernelHairpin(t *testing.T) {
 	// pod-a is the only endpoint, so pod-a → VIP → pod-a.
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1))
 	mustSync(t, b, testPlan(web), nil)
-	for _, a := range dialMany(t, topo.Pods["pod-a"].NS, netip.AddrPortFrom(vip, 80), 5) {
+	for _, a := range netns.DialMany(t, topo.Pods["pod-a"].NS, netip.AddrPortFrom(vip, 80), 5) {
 		if a.Pod != "pod-a" || a.Source.Addr() != topo.NodeIP {
 			t.Fatalf("hairpin: got %s, want pod-a answering a masqueraded source %s", a, topo.NodeIP)
 		}
@@ -118,10 +89,10 @@ func TestKernelMasqueradeByClusterCIDRs(t *testing.T) {
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podB, 1))
 	mustSync(t, b, testPlan(web), nil)
 	addr := netip.AddrPortFrom(vip, 80)
-	if a := dialMany(t, topo.Client, addr, 1)[0]; a.Source.Addr() != topo.NodeIP {
+	if a := netns.DialMany(t, topo.Client, addr, 1)[0]; a.Source.Addr() != topo.NodeIP {
 		t.Errorf("from outside clusterCIDRs: pod saw %s, want masqueraded to %s", a.Source, topo.NodeIP)
 	}
-	if a := dialMany(t, topo.Pods["pod-a"].NS, addr, 1)[0]; a.Source.Addr() != podA {
+	if a := netns.DialMany(t, topo.Pods["pod-a"].NS, addr, 1)[0]; a.Source.Addr() != podA {
 		t.Errorf("from a pod: pod saw %s, want the pod's own %s", a.Source, podA)
 	}
 }
@@ -153,19 +124,19 @@ func TestKernelRemovedEndpointGetsNoTraffic(t *testing.T) {
 	p := testPlan(web)
 	mustSync(t, b, p, nil)
 	addr := netip.AddrPortFrom(vip, 80)
-	wantPods(t, "before", dialMany(t, topo.Client, addr, 60), "pod-a", "pod-b", "pod-c")
+	netns.WantPods(t, "before", netns.DialMany(t, topo.Client, addr, 60), "pod-a", "pod-b", "pod-c")
 
 	smaller := web.Clone()
 	smaller.Endpoints = []plan.Endpoint{podEP(podA, 1), podEP(podC, 1)}
 	p.Services[web.Key] = smaller
 	mustSync(t, b, p, []plan.Key{web.Key})
-	wantPods(t, "after removing pod-b", dialMany(t, topo.Client, addr, 60), "pod-a", "pod-c")
+	netns.WantPods(t, "after removing pod-b", netns.DialMany(t, topo.Client, addr, 60), "pod-a", "pod-c")
 
 	swapped := web.Clone()
 	swapped.Endpoints = []plan.Endpoint{podEP(podA, 1), podEP(podB, 1)}
 	p.Services[web.Key] = swapped
 	mustSync(t, b, p, []plan.Key{web.Key})
-	wantPods(t, "after swapping pod-c for pod-b", dialMany(t, topo.Client, addr, 60), "pod-a", "pod-b")
+	netns.WantPods(t, "after swapping pod-c for pod-b", netns.DialMany(t, topo.Client, addr, 60), "pod-a", "pod-b")
 
 	delete(p.Services, web.Key)
 	mustSync(t, b, p, []plan.Key{web.Key})
@@ -181,7 +152,7 @@ func TestKernelWeights(t *testing.T) {
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 3), podEP(podB, 1))
 	mustSync(t, b, testPlan(web), nil)
 	const n = 400
-	tally := netns.Tally(dialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), n))
+	tally := netns.Tally(netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), n))
 	// 3:1 over 400 draws: pod-a expects 300 with a standard deviation of ~8.7;
 	// 255..345 is more than five deviations either side.
 	if tally["pod-a"] < 255 || tally["pod-a"] > 345 || tally["pod-a"]+tally["pod-b"] != n {
@@ -208,10 +179,10 @@ func TestKernelFailedTransactionKeepsRules(t *testing.T) {
 		t.Fatal("sync with a bogus deletion succeeded; want the kernel to reject the transaction")
 	}
 	addr := netip.AddrPortFrom(vip, 80)
-	wantPods(t, "after the failed transaction", dialMany(t, topo.Client, addr, 10), "pod-a")
+	netns.WantPods(t, "after the failed transaction", netns.DialMany(t, topo.Client, addr, 10), "pod-a")
 
 	mustSync(t, b, p, nil)
-	wantPods(t, "after the next full sync", dialMany(t, topo.Client, addr, 10), "pod-b")
+	netns.WantPods(t, "after the next full sync", netns.DialMany(t, topo.Client, addr, 10), "pod-b")
 }
 
 // TestKernelOneChangeTouchesOneService watches the kernel's own change
@@ -247,7 +218,7 @@ func TestKernelOneChangeTouchesOneService(t *testing.T) {
 		}
 	}
 	addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, 1, 17}), 80)
-	wantPods(t, "changed service", dialMany(t, topo.Client, addr, 40), "pod-a", "pod-c")
+	netns.WantPods(t, "changed service", netns.DialMany(t, topo.Client, addr, 40), "pod-a", "pod-c")
 	other := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, 1, 18}), 80)
-	wantPods(t, "untouched neighbour", dialMany(t, topo.Client, other, 40), "pod-a", "pod-b")
+	netns.WantPods(t, "untouched neighbour", netns.DialMany(t, topo.Client, other, 40), "pod-a", "pod-b")
 }

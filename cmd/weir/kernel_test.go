@@ -48,7 +48,7 @@ func TestKernelDemo(t *testing.T) {
 
 	// sync --once programs the rules and exits.
 	runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, sourceArgs...)...)
-	wantPods(t, "after weir sync --once", dialMany(t, topo.Client, webVIP, 60), "pod-a", "pod-b", "pod-c")
+	netns.WantPods(t, "after weir sync --once", netns.DialMany(t, topo.Client, webVIP, 60), "pod-a", "pod-b", "pod-c")
 
 	// cleanup removes them.
 	runWeir(t, topo.Node, weir, "cleanup")
@@ -75,7 +75,7 @@ func TestKernelDemo(t *testing.T) {
 	if !strings.Contains(d.out.String(), "Stopping Weir") {
 		t.Errorf("weir run did not log its shutdown:\n%s", d.out)
 	}
-	wantPods(t, "after weir run stopped", dialMany(t, topo.Client, webVIP, 30), "pod-a", "pod-c")
+	netns.WantPods(t, "after weir run stopped", netns.DialMany(t, topo.Client, webVIP, 30), "pod-a", "pod-c")
 
 	runWeir(t, topo.Node, weir, "cleanup")
 	if a, err := dialOnce(topo.Client, webVIP); err == nil {
@@ -216,34 +216,6 @@ func dialOnce(ns *netns.Namespace, addr netip.AddrPort) (netns.Answer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	return ns.DialTCP(ctx, addr)
-}
-
-// dialMany makes n connections and fails the test on any error.
-func dialMany(t *testing.T, ns *netns.Namespace, addr netip.AddrPort, n int) []netns.Answer {
-	t.Helper()
-	answers := make([]netns.Answer, 0, n)
-	for range n {
-		a, err := dialOnce(ns, addr)
-		if err != nil {
-			t.Fatalf("dial %s from %s: %v", addr, ns.Name, err)
-		}
-		answers = append(answers, a)
-	}
-	return answers
-}
-
-// wantPods checks that exactly pods answered, each at least once.
-func wantPods(t *testing.T, what string, answers []netns.Answer, pods ...string) {
-	t.Helper()
-	tally := netns.Tally(answers)
-	for _, p := range pods {
-		if tally[p] == 0 {
-			t.Errorf("%s: %s never answered (tally %v)", what, p, tally)
-		}
-	}
-	if len(tally) != len(pods) {
-		t.Errorf("%s: answered by %v, want exactly %v", what, tally, pods)
-	}
 }
 
 // waitAnswer polls until addr answers.

@@ -1,8 +1,11 @@
 package netns
 
 import (
+	"context"
+	"net/netip"
 	"os"
 	"testing"
+	"time"
 )
 
 // RequireRoot skips the test unless it runs as root, which creating network
@@ -35,4 +38,35 @@ func NewT(t testing.TB, opts Options) *Topology {
 		}
 	})
 	return topo
+}
+
+// DialMany makes n TCP connections from ns to addr, one after another, each
+// with a two-second limit, and fails the test on the first error.
+func DialMany(t testing.TB, ns *Namespace, addr netip.AddrPort, n int) []Answer {
+	t.Helper()
+	answers := make([]Answer, 0, n)
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		a, err := ns.DialTCP(ctx, addr)
+		cancel()
+		if err != nil {
+			t.Fatalf("dial %s from %s: %v", addr, ns.Name, err)
+		}
+		answers = append(answers, a)
+	}
+	return answers
+}
+
+// WantPods checks that exactly the named pods answered, each at least once.
+func WantPods(t testing.TB, what string, answers []Answer, pods ...string) {
+	t.Helper()
+	tally := Tally(answers)
+	for _, p := range pods {
+		if tally[p] == 0 {
+			t.Errorf("%s: %s never answered (tally %v)", what, p, tally)
+		}
+	}
+	if len(tally) != len(pods) {
+		t.Errorf("%s: answered by %v, want exactly %v", what, tally, pods)
+	}
 }
