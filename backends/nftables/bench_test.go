@@ -85,20 +85,26 @@ func BenchmarkFullSync1k(b *testing.B) { benchmarkFullSync(b, 1000) }
 // BenchmarkFullSync10k replaces the whole table holding 10k services × 10 endpoints.
 func BenchmarkFullSync10k(b *testing.B) { benchmarkFullSync(b, 10000) }
 
-// BenchmarkOneEndpointChange10k replaces one endpoint of one service among 10k.
-func BenchmarkOneEndpointChange10k(b *testing.B) {
+// syncedScale returns a backend holding 10k services × 10 endpoints and the
+// key of one of them.
+func syncedScale(b *testing.B) (*Backend, *plan.Plan, plan.Key) {
 	ns := benchNamespace(b)
 	be, err := New(Options{NetNS: int(ns)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer be.Close()
+	b.Cleanup(func() { be.Close() })
 	p := scalePlan(10000, 10)
-	ctx := context.Background()
-	if err := be.Sync(ctx, p, nil); err != nil {
+	if err := be.Sync(context.Background(), p, nil); err != nil {
 		b.Fatal(err)
 	}
-	key := plan.Key{Namespace: "bench", Name: "svc-5000", Port: "http", Protocol: plan.TCP}
+	return be, p, plan.Key{Namespace: "bench", Name: "svc-5000", Port: "http", Protocol: plan.TCP}
+}
+
+// BenchmarkOneEndpointChange10k replaces one endpoint of one service among 10k.
+func BenchmarkOneEndpointChange10k(b *testing.B) {
+	be, p, key := syncedScale(b)
+	ctx := context.Background()
 	b.ResetTimer()
 	for i := range b.N {
 		s := p.Services[key].Clone()
@@ -113,18 +119,8 @@ func BenchmarkOneEndpointChange10k(b *testing.B) {
 // BenchmarkScaleDown10k removes one endpoint of a service among 10k, which
 // moves it to another pick chain.
 func BenchmarkScaleDown10k(b *testing.B) {
-	ns := benchNamespace(b)
-	be, err := New(Options{NetNS: int(ns)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer be.Close()
-	p := scalePlan(10000, 10)
+	be, p, key := syncedScale(b)
 	ctx := context.Background()
-	if err := be.Sync(ctx, p, nil); err != nil {
-		b.Fatal(err)
-	}
-	key := plan.Key{Namespace: "bench", Name: "svc-5000", Port: "http", Protocol: plan.TCP}
 	full := p.Services[key]
 	b.ResetTimer()
 	for i := range b.N {

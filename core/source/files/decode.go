@@ -122,8 +122,13 @@ func (d *fileDecoder) jsonStream(data []byte) {
 	}
 }
 
-// yamlDocument decodes one YAML document.
+// yamlDocument decodes one YAML document, converting it to JSON through
+// fastYAMLToJSON when it can and through sigs.k8s.io/yaml otherwise.
 func (d *fileDecoder) yamlDocument(doc int, data []byte) {
+	if js, ok := fastYAMLToJSON(data); ok {
+		d.value(doc, 0, js)
+		return
+	}
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		d.skip(doc, 0, err)

@@ -209,9 +209,7 @@ func (r *run) rescan() error {
 	}
 	files := r.tree.rewatchAll()
 	r.st.dropFilesNotIn(files)
-	for _, path := range slices.Sorted(maps.Keys(files)) {
-		r.st.loadFile(path)
-	}
+	r.st.loadFiles(slices.Sorted(maps.Keys(files)))
 	return nil
 }
 
@@ -230,9 +228,7 @@ func (r *run) reload(paths map[string]bool) {
 			load[f] = true
 		}
 	}
-	for _, path := range slices.Sorted(maps.Keys(load)) {
-		r.st.loadFile(path)
-	}
+	r.st.loadFiles(slices.Sorted(maps.Keys(load)))
 }
 
 // logLoaded logs a summary of the initial load.

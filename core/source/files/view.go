@@ -2,15 +2,13 @@ package files
 
 import (
 	"cmp"
-	"errors"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -19,20 +17,22 @@ import (
 	"github.com/weirproxy/weir/core/source"
 )
 
-// state is what one Run knows: the objects each file defines, and the
-// effective objects last delivered to the handler.
+// state is what one Run knows: the objects each file defines, which files
+// define each object, and the effective objects last delivered to the handler.
+//
+// Work per reload is proportional to the files re-read: loading a file marks
+// the keys it defined before or defines now as dirty, and diff looks at those
+// keys only. Each object exists once; the delivered one is also the one its
+// winning file holds, stamped with a resource version when first delivered.
 type state struct {
-	log   *slog.Logger
-	files map[string]objects // by file path
-	view  map[key]*entry     // effective objects, as delivered
-	dups  map[key]string     // duplicate definitions already warned about
-	rv    uint64             // last resource version handed out
-}
-
-// entry is one delivered object and the decoded object it was made from.
-type entry struct {
-	src object // as decoded from the winning file; compared on reload
-	out object // a copy of src with a resource version, given to the handler
+	log    *slog.Logger
+	files  map[string]objects         // by file path
+	dirs   map[string]map[string]bool // known files by parent directory
+	owners map[key][]string           // files defining each object, sorted
+	dirty  map[key]bool               // objects to compare at the next diff
+	view   map[key]object             // effective objects, as delivered
+	dups   map[key]string             // duplicate definitions already warned about
+	rv     uint64                     // last resource version handed out
 }
 
 // change is one object's transition; prev is nil for an add, cur for a delete.
@@ -44,62 +44,66 @@ type change struct {
 // newState returns an empty state.
 func newState(log *slog.Logger) *state {
 	return &state{
-		log:   log,
-		files: map[string]objects{},
-		view:  map[key]*entry{},
-		dups:  map[key]string{},
+		log:    log,
+		files:  map[string]objects{},
+		dirs:   map[string]map[string]bool{},
+		owners: map[key][]string{},
+		dirty:  map[key]bool{},
+		view:   map[key]object{},
+		dups:   map[key]string{},
 	}
 }
 
-// loadFile re-reads one file. A file that is gone drops its objects; a file
-// that cannot be read keeps them.
-func (st *state) loadFile(path string) {
-	info, err := os.Stat(path)
-	if err == nil && !info.Mode().IsRegular() {
-		err = fs.ErrNotExist
+// setFile records the objects path now defines (none if it is gone) and
+// marks every object it defined before or defines now as dirty.
+func (st *state) setFile(path string, objs objects) {
+	old := st.files[path]
+	for k := range old {
+		if _, ok := objs[k]; !ok {
+			st.disown(k, path)
+		}
+		st.dirty[k] = true
 	}
-	var data []byte
-	if err == nil {
-		data, err = os.ReadFile(path)
+	for k := range objs {
+		if _, ok := old[k]; !ok {
+			st.own(k, path)
+		}
+		st.dirty[k] = true
 	}
-	if isGone(err) {
-		delete(st.files, path)
-		return
-	}
-	if err != nil {
-		st.log.Warn("Cannot read manifest file; keeping its last good objects", "file", path, "error", err)
-		return
-	}
-	objs, failures := decodeFile(st.log, path, data)
-	if failures > 0 {
-		st.keepPrevious(path, objs)
-	}
+	dir := filepath.Dir(path)
 	if len(objs) == 0 {
 		delete(st.files, path)
+		delete(st.dirs[dir], path)
+		if len(st.dirs[dir]) == 0 {
+			delete(st.dirs, dir)
+		}
 		return
 	}
 	st.files[path] = objs
-}
-
-// isGone reports whether err means the file no longer exists.
-func isGone(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
-}
-
-// keepPrevious adds to objs the objects path defined before that it no longer
-// yields: a document that failed to parse may be one of them mid-edit, so a
-// broken document never deletes anything.
-func (st *state) keepPrevious(path string, objs objects) {
-	kept := 0
-	for k, o := range st.files[path] {
-		if _, ok := objs[k]; !ok {
-			objs[k] = o
-			kept++
-		}
+	if st.dirs[dir] == nil {
+		st.dirs[dir] = map[string]bool{}
 	}
-	if kept > 0 {
-		st.log.Warn("Manifest file has errors; keeping the last good definitions of its other objects",
-			"file", path, "kept", kept)
+	st.dirs[dir][path] = true
+}
+
+// own adds path to the sorted list of files defining k.
+func (st *state) own(k key, path string) {
+	paths := st.owners[k]
+	if i, found := slices.BinarySearch(paths, path); !found {
+		st.owners[k] = slices.Insert(paths, i, path)
+	}
+}
+
+// disown removes path from the files defining k.
+func (st *state) disown(k key, path string) {
+	paths := st.owners[k]
+	i, found := slices.BinarySearch(paths, path)
+	switch {
+	case !found:
+	case len(paths) == 1:
+		delete(st.owners, k)
+	default:
+		st.owners[k] = slices.Delete(paths, i, i+1)
 	}
 }
 
@@ -107,7 +111,7 @@ func (st *state) keepPrevious(path string, objs objects) {
 func (st *state) dropFilesNotIn(keep map[string]bool) {
 	for path := range st.files {
 		if !keep[path] {
-			delete(st.files, path)
+			st.setFile(path, nil)
 		}
 	}
 }
@@ -115,48 +119,51 @@ func (st *state) dropFilesNotIn(keep map[string]bool) {
 // filesUnder returns the known files that are path itself or inside it.
 func (st *state) filesUnder(path string) []string {
 	var out []string
+	if _, ok := st.files[path]; ok {
+		out = append(out, path)
+	}
 	prefix := path + string(os.PathSeparator)
-	for f := range st.files {
-		if f == path || strings.HasPrefix(f, prefix) {
-			out = append(out, f)
+	for dir, files := range st.dirs {
+		if dir == path || strings.HasPrefix(dir, prefix) {
+			out = slices.AppendSeq(out, maps.Keys(files))
 		}
 	}
 	return out
 }
 
-// effective merges the file sets: for an object defined in several files, the
-// lexically last path wins.
-func (st *state) effective() map[key]object {
-	eff := map[key]object{}
-	from := map[key][]string{}
-	for _, path := range slices.Sorted(maps.Keys(st.files)) {
-		for k, o := range st.files[path] {
-			eff[k] = o
-			from[k] = append(from[k], path)
-		}
+// effective returns the object the lexically last file defining k gives it,
+// and that file; the object is nil if no file defines k.
+func (st *state) effective(k key) (object, string) {
+	paths := st.owners[k]
+	if len(paths) == 0 {
+		return nil, ""
 	}
-	st.reportDuplicates(from)
-	return eff
+	path := paths[len(paths)-1]
+	return st.files[path][k], path
 }
 
-// reportDuplicates warns once about each object defined in more than one file.
-func (st *state) reportDuplicates(from map[key][]string) {
-	dups := map[key]string{}
-	for k, paths := range from {
-		if len(paths) > 1 {
-			dups[k] = strings.Join(paths, "\n")
-		}
-	}
-	for _, k := range slices.SortedFunc(maps.Keys(dups), cmpKeys) {
-		if st.dups[k] == dups[k] {
+// reportDuplicates warns once about each object in keys whose set of defining
+// files changed to more than one.
+func (st *state) reportDuplicates(keys map[key]bool) {
+	var warn []key
+	for k := range keys {
+		paths := st.owners[k]
+		if len(paths) < 2 {
+			delete(st.dups, k)
 			continue
 		}
-		paths := from[k]
+		if joined := strings.Join(paths, "\n"); st.dups[k] != joined {
+			st.dups[k] = joined
+			warn = append(warn, k)
+		}
+	}
+	slices.SortFunc(warn, cmpKeys)
+	for _, k := range warn {
+		paths := st.owners[k]
 		last := len(paths) - 1
 		st.log.Warn("Object defined in more than one file; the lexically last file wins",
-			"object", k.String(), "file", paths[last], "ignored", paths[:last])
+			"object", k.String(), "file", paths[last], "ignored", slices.Clone(paths[:last]))
 	}
-	st.dups = dups
 }
 
 // cmpKeys orders keys by kind, namespace and name.
@@ -164,34 +171,72 @@ func cmpKeys(a, b key) int {
 	return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
 }
 
-// diff compares the effective objects with the delivered ones and returns the
-// changes in delivery order, with new objects stamped and recorded as delivered.
+// diff compares the effective objects of the dirty keys with the delivered
+// ones and returns the changes in delivery order, with new objects stamped and
+// recorded as delivered.
 func (st *state) diff() []change {
-	eff := st.effective()
+	st.reportDuplicates(st.dirty)
 	var changes []change
-	for k, o := range eff {
-		e := st.view[k]
-		switch {
-		case e == nil:
-			changes = append(changes, change{key: k, cur: o})
-		case e.src == o:
-			// Same decoded object: its file was not re-read.
-		case apiequality.Semantic.DeepEqual(e.src, o):
-			e.src = o
-		default:
-			changes = append(changes, change{key: k, prev: e.out, cur: o})
+	for k := range st.dirty {
+		if c, ok := st.compare(k); ok {
+			changes = append(changes, c)
 		}
 	}
-	for k, e := range st.view {
-		if _, ok := eff[k]; !ok {
-			changes = append(changes, change{key: k, prev: e.out})
-		}
-	}
+	clear(st.dirty)
 	slices.SortFunc(changes, deliveryOrder)
 	for i := range changes {
 		st.record(&changes[i])
 	}
 	return changes
+}
+
+// compare returns the change of k since it was last delivered, if any.
+func (st *state) compare(k key) (change, bool) {
+	cur, path := st.effective(k)
+	prev := st.view[k]
+	switch {
+	case prev == nil && cur == nil:
+		return change{}, false
+	case prev == nil || cur == nil:
+		return change{key: k, prev: prev, cur: cur}, true
+	case prev == cur:
+		return change{}, false // the winning file still holds what was delivered
+	case sameContent(prev, cur):
+		st.files[path][k] = prev // drop the new copy; keep the delivered one
+		return change{}, false
+	}
+	return change{key: k, prev: prev, cur: cur}, true
+}
+
+// sameContent reports whether two objects of one kind are equal apart from
+// their resource versions.
+func sameContent(a, b object) bool {
+	if rv := a.GetResourceVersion(); b.GetResourceVersion() != rv {
+		b = withResourceVersion(b, rv)
+	}
+	return apiequality.Semantic.DeepEqual(a, b)
+}
+
+// withResourceVersion returns a shallow copy of obj with another resource
+// version, for comparisons only: the copy shares everything else with obj.
+func withResourceVersion(obj object, rv string) object {
+	switch o := obj.(type) {
+	case *corev1.Service:
+		c := *o
+		c.ResourceVersion = rv
+		return &c
+	case *discoveryv1.EndpointSlice:
+		c := *o
+		c.ResourceVersion = rv
+		return &c
+	case *corev1.Node:
+		c := *o
+		c.ResourceVersion = rv
+		return &c
+	}
+	c := obj.DeepCopyObject().(object)
+	c.SetResourceVersion(rv)
+	return c
 }
 
 // deliveryOrder puts additions and updates first (Nodes, Services, then
@@ -210,18 +255,23 @@ func deliveryOrder(a, b change) int {
 	return cmpKeys(a.key, b.key)
 }
 
-// record updates the delivered view for c and replaces c.cur with the stamped
-// copy the handler will see.
+// record updates the delivered view for c and stamps c.cur with the next
+// resource version. An object stamped before was handed to the handler
+// already, so it is copied rather than changed, and the copy replaces it in
+// its file.
 func (st *state) record(c *change) {
 	if c.cur == nil {
 		delete(st.view, c.key)
 		return
 	}
 	st.rv++
-	out := c.cur.DeepCopyObject().(object)
-	out.SetResourceVersion(strconv.FormatUint(st.rv, 10))
-	st.view[c.key] = &entry{src: c.cur, out: out}
-	c.cur = out
+	if c.cur.GetResourceVersion() != "" {
+		c.cur = c.cur.DeepCopyObject().(object)
+		_, path := st.effective(c.key)
+		st.files[path][c.key] = c.cur
+	}
+	c.cur.SetResourceVersion(strconv.FormatUint(st.rv, 10))
+	st.view[c.key] = c.cur
 }
 
 // deliver calls the handler for each change, in order.
