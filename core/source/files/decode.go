@@ -118,15 +118,17 @@ func (d *fileDecoder) jsonStream(data []byte) {
 			d.skip(doc, 0, err)
 			return
 		}
-		d.value(doc, 0, raw)
+		d.value(doc, 0, raw, nil)
 	}
 }
 
 // yamlDocument decodes one YAML document, converting it to JSON through
 // fastYAMLToJSON when it can and through sigs.k8s.io/yaml otherwise.
 func (d *fileDecoder) yamlDocument(doc int, data []byte) {
-	if js, ok := fastYAMLToJSON(data); ok {
-		d.value(doc, 0, js)
+	p := getParser()
+	defer putParser(p)
+	if js, header, ok := p.convert(data); ok {
+		d.value(doc, 0, js, header)
 		return
 	}
 	js, err := yaml.YAMLToJSON(data)
@@ -134,17 +136,22 @@ func (d *fileDecoder) yamlDocument(doc int, data []byte) {
 		d.skip(doc, 0, err)
 		return
 	}
-	d.value(doc, 0, js)
+	d.value(doc, 0, js, nil)
 }
 
-// value decodes one JSON value: a List, a supported object, or anything else.
-func (d *fileDecoder) value(doc, item int, js []byte) {
+// value decodes one JSON value: a List, a supported object, or anything
+// else. If headerJS is not nil, the header is decoded from it instead of js,
+// as fastYAMLToJSON allows.
+func (d *fileDecoder) value(doc, item int, js, headerJS []byte) {
 	trimmed := bytes.TrimSpace(js)
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
 		return // empty document, e.g. only comments
 	}
+	if headerJS == nil {
+		headerJS = trimmed
+	}
 	var h header
-	if err := json.Unmarshal(trimmed, &h); err != nil {
+	if err := json.Unmarshal(headerJS, &h); err != nil {
 		d.skip(doc, item, err)
 		return
 	}
@@ -154,7 +161,7 @@ func (d *fileDecoder) value(doc, item int, js []byte) {
 	}
 	if h.Kind == "List" && item == 0 {
 		for i, it := range h.Items {
-			d.value(doc, i+1, it)
+			d.value(doc, i+1, it, nil)
 		}
 		return
 	}
@@ -235,7 +242,17 @@ func normalize(k kind, obj object) {
 		defaultService(o)
 	case *discoveryv1.EndpointSlice:
 		defaultEndpointSlice(o)
+		o.Endpoints = exact(o.Endpoints)
 	}
+}
+
+// exact returns s in an array of exactly its length. encoding/json grows
+// slices by doubling, and the endpoints are most of an EndpointSlice's size.
+func exact[S ~[]E, E any](s S) S {
+	if cap(s) == len(s) {
+		return s
+	}
+	return append(make(S, 0, len(s)), s...)
 }
 
 // splitYAML splits a multi-document YAML stream on "---" separator lines. A

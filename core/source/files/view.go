@@ -3,7 +3,6 @@ package files
 import (
 	"cmp"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,13 +25,13 @@ import (
 // winning file holds, stamped with a resource version when first delivered.
 type state struct {
 	log    *slog.Logger
-	files  map[string]objects         // by file path
-	dirs   map[string]map[string]bool // known files by parent directory
-	owners map[key][]string           // files defining each object, sorted
-	dirty  map[key]bool               // objects to compare at the next diff
-	view   map[key]object             // effective objects, as delivered
-	dups   map[key]string             // duplicate definitions already warned about
-	rv     uint64                     // last resource version handed out
+	files  map[string]objects // by file path
+	dirs   map[string]int     // how many known files each directory holds
+	owners map[key][]string   // files defining each object, sorted
+	dirty  map[key]bool       // objects to compare at the next diff
+	view   map[key]object     // effective objects, as delivered
+	dups   map[key]string     // duplicate definitions already warned about
+	rv     uint64             // last resource version handed out
 }
 
 // change is one object's transition; prev is nil for an add, cur for a delete.
@@ -46,7 +45,7 @@ func newState(log *slog.Logger) *state {
 	return &state{
 		log:    log,
 		files:  map[string]objects{},
-		dirs:   map[string]map[string]bool{},
+		dirs:   map[string]int{},
 		owners: map[key][]string{},
 		dirty:  map[key]bool{},
 		view:   map[key]object{},
@@ -71,19 +70,18 @@ func (st *state) setFile(path string, objs objects) {
 		st.dirty[k] = true
 	}
 	dir := filepath.Dir(path)
-	if len(objs) == 0 {
+	switch {
+	case len(objs) > 0:
+		if old == nil {
+			st.dirs[dir]++
+		}
+		st.files[path] = objs
+	case old != nil:
 		delete(st.files, path)
-		delete(st.dirs[dir], path)
-		if len(st.dirs[dir]) == 0 {
+		if st.dirs[dir]--; st.dirs[dir] == 0 {
 			delete(st.dirs, dir)
 		}
-		return
 	}
-	st.files[path] = objs
-	if st.dirs[dir] == nil {
-		st.dirs[dir] = map[string]bool{}
-	}
-	st.dirs[dir][path] = true
 }
 
 // own adds path to the sorted list of files defining k.
@@ -116,19 +114,35 @@ func (st *state) dropFilesNotIn(keep map[string]bool) {
 	}
 }
 
-// filesUnder returns the known files that are path itself or inside it.
+// filesUnder returns the known files that are path itself or inside it. It
+// looks through every known file only if path is a directory holding some,
+// as when such a directory is removed or renamed.
 func (st *state) filesUnder(path string) []string {
-	var out []string
-	if _, ok := st.files[path]; ok {
-		out = append(out, path)
-	}
 	prefix := path + string(os.PathSeparator)
-	for dir, files := range st.dirs {
-		if dir == path || strings.HasPrefix(dir, prefix) {
-			out = slices.AppendSeq(out, maps.Keys(files))
+	if !st.holdsFiles(path, prefix) {
+		if _, ok := st.files[path]; ok {
+			return []string{path}
+		}
+		return nil
+	}
+	var out []string
+	for f := range st.files {
+		if f == path || strings.HasPrefix(f, prefix) {
+			out = append(out, f)
 		}
 	}
 	return out
+}
+
+// holdsFiles reports whether a directory at path, with the given prefix,
+// holds known files at any depth.
+func (st *state) holdsFiles(path, prefix string) bool {
+	for dir := range st.dirs {
+		if dir == path || strings.HasPrefix(dir, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // effective returns the object the lexically last file defining k gives it,

@@ -1,0 +1,221 @@
+package files
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/fsnotify/fsnotify"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// benchServices is how many services the benchmarks load, one file each.
+const benchServices = 10000
+
+// benchFile returns the manifest of service i: a Service and an EndpointSlice
+// with ten endpoints, the last of which has address offset by shift.
+func benchFile(i, shift int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: v1
+kind: Service
+metadata:
+  name: svc-%d
+  namespace: bench
+spec:
+  clusterIP: 10.%d.%d.%d
+  ports:
+  - name: http
+    port: 80
+    targetPort: 8080
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: svc-%d-abcde
+  namespace: bench
+  labels:
+    kubernetes.io/service-name: svc-%d
+addressType: IPv4
+ports:
+- name: http
+  port: 8080
+  protocol: TCP
+endpoints:
+`, i, 96+(i>>16), (i>>8)&255, i&255, i, i)
+	for j := range 10 {
+		host := j
+		if j == 9 {
+			host += shift
+		}
+		fmt.Fprintf(&b, "- addresses: [\"10.%d.%d.%d\"]\n  conditions: {ready: true}\n  nodeName: node-%d\n",
+			128+(i>>12), (i>>4)&255, host, j%3)
+	}
+	return b.String()
+}
+
+// benchDir writes the manifests of benchServices services into a fresh directory.
+func benchDir(b *testing.B) string {
+	b.Helper()
+	dir := b.TempDir()
+	for i := range benchServices {
+		name := filepath.Join(dir, fmt.Sprintf("svc-%05d.yaml", i))
+		if err := os.WriteFile(name, []byte(benchFile(i, 0)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// rewrite replaces a file atomically through a hidden temporary file.
+func rewrite(b *testing.B, path, content string) {
+	tmp := filepath.Join(filepath.Dir(path), ".tmp-"+filepath.Base(path))
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// signaller is a handler that counts objects and signals OnSynced and every
+// EndpointSlice update.
+type signaller struct {
+	objects int
+	synced  chan struct{}
+	updated chan struct{}
+}
+
+func newSignaller() *signaller {
+	return &signaller{synced: make(chan struct{}, 1), updated: make(chan struct{}, 1)}
+}
+
+func (s *signaller) OnService(prev, cur *corev1.Service) { s.objects++ }
+func (s *signaller) OnNode(prev, cur *corev1.Node)       { s.objects++ }
+func (s *signaller) OnSynced()                           { s.synced <- struct{}{} }
+
+func (s *signaller) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
+	s.objects++
+	if prev != nil && cur != nil {
+		s.updated <- struct{}{}
+	}
+}
+
+// startRun runs a source over dir until the benchmark ends and waits for its
+// initial load.
+func startRun(b *testing.B, dir string) *signaller {
+	b.Helper()
+	h := newSignaller()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- New(dir, nil).Run(ctx, h) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	})
+	select {
+	case <-h.synced:
+	case err := <-done:
+		b.Fatal(err)
+	}
+	return h
+}
+
+// BenchmarkInitialLoad10k measures Run from its start to OnSynced over 10,000
+// service files, and reports the heap the source keeps afterwards.
+func BenchmarkInitialLoad10k(b *testing.B) {
+	dir := benchDir(b)
+	var heap uint64
+	for b.Loop() {
+		h := newSignaller()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- New(dir, nil).Run(ctx, h) }()
+		<-h.synced
+		b.StopTimer()
+		heap = liveHeap()
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		if h.objects != 2*benchServices {
+			b.Fatalf("delivered %d objects, want %d", h.objects, 2*benchServices)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(heap)/(1<<20), "live-MB")
+}
+
+// liveHeap returns the bytes of heap in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkReloadOneFile10k measures one rewritten file among 10,000 reaching
+// the handler as an EndpointSlice update: "flush" from the write through the
+// reload the debounce timer would trigger, "watch" end to end through a real
+// Run, including fsnotify and the debounce delay.
+func BenchmarkReloadOneFile10k(b *testing.B) {
+	dir := benchDir(b)
+	path := filepath.Join(dir, "svc-05000.yaml")
+	b.Run("flush", func(b *testing.B) {
+		watcher, err := fsnotify.NewWatcher()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer watcher.Close()
+		r := newRun(New(dir, nil), watcher)
+		if err := r.rescan(); err != nil {
+			b.Fatal(err)
+		}
+		h := newSignaller()
+		deliver(h, r.st.diff())
+		shift := 0
+		for b.Loop() {
+			shift = 1 - shift
+			rewrite(b, path, benchFile(5000, shift))
+			r.pending[path] = true
+			if err := r.flush(h); err != nil {
+				b.Fatal(err)
+			}
+			<-h.updated
+		}
+	})
+	b.Run("watch", func(b *testing.B) {
+		h := startRun(b, dir)
+		shift := 0
+		for b.Loop() {
+			shift = 1 - shift
+			rewrite(b, path, benchFile(5000, shift+2))
+			<-h.updated
+		}
+	})
+}
+
+// BenchmarkDecodeFile decodes one of the benchmark's service files: "fast" as
+// the source does, "yaml" through sigs.k8s.io/yaml alone, as it did before
+// fastYAMLToJSON.
+func BenchmarkDecodeFile(b *testing.B) {
+	data := []byte(benchFile(4242, 0))
+	log := slog.New(slog.DiscardHandler)
+	b.Run("fast", func(b *testing.B) {
+		for b.Loop() {
+			decodeFile(log, "svc.yaml", data)
+		}
+	})
+	b.Run("yaml", func(b *testing.B) {
+		for b.Loop() {
+			decodeThroughYAML(log, "svc.yaml", data)
+		}
+	})
+}
