@@ -15,25 +15,25 @@ func describe(set string, e element) string {
 	var s string
 	switch {
 	case strings.HasPrefix(set, "endpoints-"):
-		s = fmt.Sprintf("%d . %d", binary.BigEndian.Uint32(e.key), binaryutil.NativeEndian.Uint32(e.key[4:8]))
-	case len(e.key) == 12:
-		s = fmt.Sprintf("%s . %s . %d", addr4(e.key), protoText(e.key[4]), binary.BigEndian.Uint16(e.key[8:]))
+		s = fmt.Sprintf("%d . %d", binary.BigEndian.Uint32(e.Key), binaryutil.NativeEndian.Uint32(e.Key[4:8]))
+	case len(e.Key) == 12:
+		s = fmt.Sprintf("%s . %s . %d", addr4(e.Key), protoText(e.Key[4]), binary.BigEndian.Uint16(e.Key[8:]))
 	case set == setHairpin:
-		s = fmt.Sprintf("%s . %s", addr4(e.key), addr4(e.key[4:]))
-	case len(e.key) == 8:
-		s = fmt.Sprintf("%s . %d", protoText(e.key[0]), binary.BigEndian.Uint16(e.key[4:]))
-	case e.intervalEnd:
-		s = "interval end " + addr4(e.key).String()
+		s = fmt.Sprintf("%s . %s", addr4(e.Key), addr4(e.Key[4:]))
+	case len(e.Key) == 8:
+		s = fmt.Sprintf("%s . %d", protoText(e.Key[0]), binary.BigEndian.Uint16(e.Key[4:]))
+	case e.IntervalEnd:
+		s = "interval end " + addr4(e.Key).String()
 	default:
-		s = addr4(e.key).String()
+		s = addr4(e.Key).String()
 	}
 	switch {
-	case e.verdict != nil:
-		s += " : goto " + e.verdict.Chain
-	case len(e.val) == 4:
-		s += fmt.Sprintf(" : %d", binary.BigEndian.Uint32(e.val))
-	case len(e.val) == 8:
-		s += fmt.Sprintf(" : %s . %d", addr4(e.val), binary.BigEndian.Uint16(e.val[4:]))
+	case e.VerdictData != nil:
+		s += " : goto " + e.VerdictData.Chain
+	case len(e.Val) == 4:
+		s += fmt.Sprintf(" : %d", binary.BigEndian.Uint32(e.Val))
+	case len(e.Val) == 8:
+		s += fmt.Sprintf(" : %s . %d", addr4(e.Val), binary.BigEndian.Uint16(e.Val[4:]))
 	}
 	return s
 }

@@ -49,20 +49,20 @@ func endpointValue(ap netip.AddrPort) []byte {
 }
 
 func gotoElement(key []byte, chain string) element {
-	return element{key: key, verdict: &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}}
+	return element{Key: key, VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}}
 }
 
 func targetElement(key []byte, target uint32) element {
-	return element{key: key, val: u32BE(target)}
+	return element{Key: key, Val: u32BE(target)}
 }
 
 func bucketElement(target, bucket uint32, ep netip.AddrPort) element {
-	return element{key: bucketKey(target, bucket), val: endpointValue(ep)}
+	return element{Key: bucketKey(target, bucket), Val: endpointValue(ep)}
 }
 
 func hairpinElement(a netip.Addr) element {
 	b := a.As4()
-	return element{key: concat(b[:], b[:])}
+	return element{Key: concat(b[:], b[:])}
 }
 
 // prefixElements encodes CIDRs as interval set elements: each range's first
@@ -72,11 +72,11 @@ func prefixElements(prefixes []netip.Prefix) []element {
 	for _, p := range prefixes {
 		p = p.Masked()
 		start := p.Addr().As4()
-		out = append(out, element{key: start[:]})
+		out = append(out, element{Key: start[:]})
 		end := lastAddr(p).Next()
 		if end.IsValid() {
 			e := end.As4()
-			out = append(out, element{key: e[:], intervalEnd: true})
+			out = append(out, element{Key: e[:], IntervalEnd: true})
 		}
 	}
 	return out

@@ -121,7 +121,7 @@ func (s *serviceState) entryElements(add func(set string, e element)) {
 	for _, ip := range s.ips {
 		key := ipKey(ip, s.proto, s.port)
 		if w == 0 {
-			add(setNoEPIPs, element{key: key})
+			add(setNoEPIPs, element{Key: key})
 			continue
 		}
 		add(setServiceIPs, gotoElement(key, pickIPChain(w)))
@@ -132,7 +132,7 @@ func (s *serviceState) entryElements(add func(set string, e element)) {
 	}
 	key := portKey(s.proto, s.nodePort)
 	if w == 0 {
-		add(setNoEPNodePorts, element{key: key})
+		add(setNoEPNodePorts, element{Key: key})
 		return
 	}
 	add(setNodePorts, gotoElement(key, pickNPChain(w)))

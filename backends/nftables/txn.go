@@ -13,14 +13,8 @@ import (
 // once encoded.
 const maxElemsPerMessage = 700
 
-// element is one set or map element together with its text form.
-type element struct {
-	key     []byte
-	val     []byte
-	verdict *expr.Verdict
-	// intervalEnd marks the first address past a range in an interval set.
-	intervalEnd bool
-}
+// element is one set or map element, in the form the netlink library sends.
+type element = nftables.SetElement
 
 // opKind says what an op does to the kernel.
 type opKind int
@@ -177,11 +171,7 @@ func applyOp(conn *nftables.Conn, table *nftables.Table, o op) error {
 
 func applyElems(conn *nftables.Conn, o op) error {
 	for start := 0; start < len(o.elems); start += maxElemsPerMessage {
-		chunk := o.elems[start:min(start+maxElemsPerMessage, len(o.elems))]
-		elems := make([]nftables.SetElement, len(chunk))
-		for i, e := range chunk {
-			elems[i] = nftables.SetElement{Key: e.key, Val: e.val, VerdictData: e.verdict, IntervalEnd: e.intervalEnd}
-		}
+		elems := o.elems[start:min(start+maxElemsPerMessage, len(o.elems))]
 		var err error
 		if o.kind == opAddElems {
 			err = conn.SetAddElements(o.set, elems)
