@@ -25,6 +25,7 @@ demo: build
 ## bench: scale benchmarks (1k and 10k services x 10 endpoints); figures go to docs/performance.md
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./backends/nftables/
+	$(GO) test -run '^$$' -bench 'Load|Reload|Decode' -benchtime 10x ./core/source/files/
 	$(GO) run ./hack/bench --weir $(BIN)/weir --services 1000,10000
 
 ## lint: gofmt and go vet on both modules
