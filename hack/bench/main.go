@@ -14,12 +14,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/weirproxy/weir/test/scale"
 )
 
 func main() {
@@ -66,7 +67,7 @@ func measure(weir string, n, eps, changes int) (result, error) {
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
-	if err := generate(dir, n, eps); err != nil {
+	if err := scale.WriteAll(dir, n, eps); err != nil {
 		return result{}, err
 	}
 	ns := fmt.Sprintf("weir-bench-%d-%d", os.Getpid(), n)
@@ -120,7 +121,7 @@ func timeChanges(weir, ns, dir string, n, eps, changes int) (time.Duration, int6
 	for i := range changes {
 		svc := (i * 7919) % n
 		start := time.Now()
-		if err := writeService(dir, svc, eps, i+1); err != nil {
+		if err := scale.Write(dir, svc, eps, i+1); err != nil {
 			return 0, 0, err
 		}
 		if err := waitSynced(synced, 30*time.Second); err != nil {
@@ -180,65 +181,4 @@ func rssKiB(pid int) int64 {
 		}
 	}
 	return 0
-}
-
-// generate writes one file per service: a Service (every fourth a NodePort)
-// and its EndpointSlice.
-func generate(dir string, n, eps int) error {
-	for i := range n {
-		if err := writeService(dir, i, eps, 0); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// writeService writes service i atomically; version shifts one endpoint's
-// address so each rewrite is a one-endpoint change.
-func writeService(dir string, i, eps, version int) error {
-	var b strings.Builder
-	typ, nodePort := "ClusterIP", ""
-	if i%4 == 0 && i/4 < 2700 {
-		typ, nodePort = "NodePort", fmt.Sprintf("\n    nodePort: %d", 30000+i/4)
-	}
-	fmt.Fprintf(&b, `apiVersion: v1
-kind: Service
-metadata:
-  name: svc-%d
-  namespace: bench
-spec:
-  type: %s
-  clusterIP: 10.%d.%d.%d
-  ports:
-  - name: http
-    port: 80
-    targetPort: 8080%s
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: svc-%d-abcde
-  namespace: bench
-  labels:
-    kubernetes.io/service-name: svc-%d
-addressType: IPv4
-ports:
-- name: http
-  port: 8080
-  protocol: TCP
-endpoints:
-`, i, typ, 96+i>>16, (i>>8)&255, i&255, nodePort, i, i)
-	for j := range eps {
-		last := byte(j)
-		if j == 0 && version > 0 {
-			last = byte(100 + version%100)
-		}
-		fmt.Fprintf(&b, "- addresses: [\"10.%d.%d.%d\"]\n  conditions: {ready: true}\n  nodeName: node-%d\n", 128+i>>12, (i>>4)&255, int((byte(i)<<4)+last), j%3)
-	}
-	path := filepath.Join(dir, fmt.Sprintf("svc-%05d.yaml", i))
-	tmp := filepath.Join(dir, fmt.Sprintf(".svc-%05d.tmp", i))
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

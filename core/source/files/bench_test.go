@@ -2,15 +2,12 @@ package files
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/weirproxy/weir/test/scale"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
@@ -18,67 +15,19 @@ import (
 // benchServices is how many services the benchmarks load, one file each.
 const benchServices = 10000
 
-// benchFile returns the manifest of service i: a Service and an EndpointSlice
-// with ten endpoints, the last of which has address offset by shift.
-func benchFile(i, shift int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: v1
-kind: Service
-metadata:
-  name: svc-%d
-  namespace: bench
-spec:
-  clusterIP: 10.%d.%d.%d
-  ports:
-  - name: http
-    port: 80
-    targetPort: 8080
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: svc-%d-abcde
-  namespace: bench
-  labels:
-    kubernetes.io/service-name: svc-%d
-addressType: IPv4
-ports:
-- name: http
-  port: 8080
-  protocol: TCP
-endpoints:
-`, i, 96+(i>>16), (i>>8)&255, i&255, i, i)
-	for j := range 10 {
-		host := j
-		if j == 9 {
-			host += shift
-		}
-		fmt.Fprintf(&b, "- addresses: [\"10.%d.%d.%d\"]\n  conditions: {ready: true}\n  nodeName: node-%d\n",
-			128+(i>>12), (i>>4)&255, host, j%3)
-	}
-	return b.String()
-}
-
 // benchDir writes the manifests of benchServices services into a fresh directory.
 func benchDir(b *testing.B) string {
 	b.Helper()
 	dir := b.TempDir()
-	for i := range benchServices {
-		name := filepath.Join(dir, fmt.Sprintf("svc-%05d.yaml", i))
-		if err := os.WriteFile(name, []byte(benchFile(i, 0)), 0o644); err != nil {
-			b.Fatal(err)
-		}
+	if err := scale.WriteAll(dir, benchServices, 10); err != nil {
+		b.Fatal(err)
 	}
 	return dir
 }
 
-// rewrite replaces a file atomically through a hidden temporary file.
-func rewrite(b *testing.B, path, content string) {
-	tmp := filepath.Join(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+// rewrite writes a new version of service 5000's file, one endpoint moved.
+func rewrite(b *testing.B, dir string, version int) {
+	if err := scale.Write(dir, 5000, 10, version); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -167,7 +116,7 @@ func liveHeap() uint64 {
 // Run, including fsnotify and the debounce delay.
 func BenchmarkReloadOneFile10k(b *testing.B) {
 	dir := benchDir(b)
-	path := filepath.Join(dir, "svc-05000.yaml")
+	path := scale.Path(dir, 5000)
 	b.Run("flush", func(b *testing.B) {
 		watcher, err := fsnotify.NewWatcher()
 		if err != nil {
@@ -180,10 +129,10 @@ func BenchmarkReloadOneFile10k(b *testing.B) {
 		}
 		h := newSignaller()
 		deliver(h, r.st.diff())
-		shift := 0
+		version := 0
 		for b.Loop() {
-			shift = 1 - shift
-			rewrite(b, path, benchFile(5000, shift))
+			version = 1 + version%2
+			rewrite(b, dir, version)
 			r.pending[path] = true
 			if err := r.flush(h); err != nil {
 				b.Fatal(err)
@@ -193,10 +142,10 @@ func BenchmarkReloadOneFile10k(b *testing.B) {
 	})
 	b.Run("watch", func(b *testing.B) {
 		h := startRun(b, dir)
-		shift := 0
+		version := 0
 		for b.Loop() {
-			shift = 1 - shift
-			rewrite(b, path, benchFile(5000, shift+2))
+			version = 3 + version%2
+			rewrite(b, dir, version)
 			<-h.updated
 		}
 	})
@@ -206,7 +155,7 @@ func BenchmarkReloadOneFile10k(b *testing.B) {
 // the source does, "yaml" through sigs.k8s.io/yaml alone, as it did before
 // fastYAMLToJSON.
 func BenchmarkDecodeFile(b *testing.B) {
-	data := []byte(benchFile(4242, 0))
+	data := scale.Manifest(4242, 10, 0)
 	log := slog.New(slog.DiscardHandler)
 	b.Run("fast", func(b *testing.B) {
 		for b.Loop() {

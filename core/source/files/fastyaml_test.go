@@ -12,14 +12,22 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
+
+	"github.com/weirproxy/weir/test/scale"
 )
+
+// scaleDoc returns document i (0: the Service, 1: the EndpointSlice) of a
+// generated benchmark manifest.
+func scaleDoc(i int) string {
+	return strings.Split(string(scale.Manifest(4242, 10, 0)), "---\n")[i]
+}
 
 // fastAccepted are documents fastYAMLToJSON must convert itself.
 var fastAccepted = []string{
 	webService,
 	webSlice("10.0.0.1", "10.0.0.2"),
-	benchFile(4242, 0)[:bytes.Index([]byte(benchFile(4242, 0)), []byte("---"))],
-	benchFile(4242, 0)[bytes.Index([]byte(benchFile(4242, 0)), []byte("---"))+4:],
+	scaleDoc(0),
+	scaleDoc(1),
 	"a: 1\n",
 	"# head\na: x # tail\n\n  # indented comment\nb: 'single'  # c\nc: \"double # not a comment\"\n",
 	"a:\nb: x~\nc: # nothing\nd: null\ne: Null\nf: yes\ng: Off\nh: n\n",
@@ -313,7 +321,7 @@ func decodeThroughYAML(log *slog.Logger, path string, data []byte) objects {
 
 func TestFastPathDecodesTheSameObjects(t *testing.T) {
 	files := []string{
-		benchFile(4242, 0),
+		string(scale.Manifest(4242, 10, 0)),
 		webService + "---\n" + webSlice("10.0.0.1", "10.0.0.2"),
 		"apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n1, labels: {a: b}}\n" +
 			"- apiVersion: v1\n  kind: Service\n  metadata: {name: s}\n  spec: {type: NodePort, ports: [{port: 80, nodePort: 30080}]}\n",
