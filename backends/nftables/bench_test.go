@@ -55,7 +55,7 @@ func scalePlan(n, eps int) *plan.Plan {
 		for j := range eps {
 			s.Endpoints = append(s.Endpoints, plan.Endpoint{
 				Address: netip.AddrFrom4([4]byte{10, 128 + byte(i>>12), byte(i >> 4), byte(i<<4) + byte(j)}),
-				Port:    8080, Ready: true, Serving: true, Weight: 1,
+				Port:    8080, Ready: true, Serving: true, ForCluster: true, Weight: 1,
 			})
 		}
 		p.Services[s.Key] = s

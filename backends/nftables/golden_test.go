@@ -30,7 +30,7 @@ func golden(t *testing.T, name, got string) {
 }
 
 func ep(addr string, port uint16, weight uint32) plan.Endpoint {
-	return plan.Endpoint{Address: netip.MustParseAddr(addr), Port: port, Ready: true, Serving: true, Weight: weight}
+	return plan.Endpoint{Address: netip.MustParseAddr(addr), Port: port, Ready: true, Serving: true, ForCluster: true, Weight: weight}
 }
 
 func svc(ns, name, port string, proto plan.Protocol, vip string, vport, nodePort uint16, eps ...plan.Endpoint) *plan.Service {

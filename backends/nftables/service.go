@@ -50,7 +50,7 @@ func buckets(eps []plan.Endpoint) []netip.AddrPort {
 	var weights []uint64
 	var addrs []netip.AddrPort
 	for _, e := range eps {
-		if e.Weight == 0 || !e.Address.Is4() {
+		if e.Weight == 0 || !e.ForCluster || !e.Address.Is4() {
 			continue
 		}
 		weights = append(weights, uint64(e.Weight))

@@ -10,30 +10,90 @@ import (
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
+// candidate is an endpoint with the topology hints of its slice entry.
+type candidate struct {
+	plan.Endpoint
+	forZones, forNodes []string
+}
+
 // endpoints collects the endpoints of one service port from its slices and
-// keeps those that should receive traffic: the ready ones, or, when none is
-// ready, the serving ones that are terminating (kube-proxy's fallback).
-func endpoints(cfg Config, key plan.Key, slices []*discoveryv1.EndpointSlice) ([]plan.Endpoint, []Problem) {
-	all, problems := collect(cfg, key, slices)
-	var ready, terminating []plan.Endpoint
-	for _, e := range all {
-		switch {
-		case e.Ready:
-			ready = append(ready, e)
-		case e.Serving && e.Terminating:
-			terminating = append(terminating, e)
+// marks which traffic each serves (kube-proxy's endpoint categorisation):
+//
+//   - Cluster policy: the ready endpoints (narrowed by topology hints when
+//     they can be used), or, when none is ready, the serving terminating ones.
+//   - Local policy: this node's ready endpoints, or, when it has none, this
+//     node's serving terminating ones.
+//
+// Each set is only computed when one of the service's policies uses it.
+// Endpoints in neither set stay in the plan when they are ready or serving
+// terminating somewhere: a backend then knows the service has endpoints, just
+// none for this traffic (kube-proxy drops such traffic instead of rejecting
+// it). Other endpoints are left out.
+func endpoints(cfg Config, svc *plan.Service, sl []*discoveryv1.EndpointSlice) ([]plan.Endpoint, []Problem) {
+	all, problems := collect(cfg, svc.Key, sl)
+	if usesClusterEndpoints(svc) {
+		markCluster(cfg, all)
+	}
+	if usesLocalEndpoints(svc) {
+		markLocal(all)
+	}
+	var out []plan.Endpoint
+	for _, c := range all {
+		if c.ForCluster || c.ForLocal || c.Ready || (c.Serving && c.Terminating) {
+			out = append(out, c.Endpoint)
 		}
 	}
-	if len(ready) > 0 {
-		return ready, problems
+	return out, problems
+}
+
+func externallyAccessible(svc *plan.Service) bool {
+	return svc.NodePort != 0 || len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerIPs) > 0
+}
+
+// usesClusterEndpoints reports whether internal or external traffic is
+// balanced over the whole cluster.
+func usesClusterEndpoints(svc *plan.Service) bool {
+	return !svc.InternalLocal || (externallyAccessible(svc) && !svc.ExternalLocal)
+}
+
+// usesLocalEndpoints reports whether internal or external traffic stays on
+// this node.
+func usesLocalEndpoints(svc *plan.Service) bool {
+	return svc.InternalLocal || (externallyAccessible(svc) && svc.ExternalLocal)
+}
+
+func markCluster(cfg Config, all []candidate) {
+	topo := topology(cfg, all)
+	found := false
+	for i := range all {
+		if all[i].Ready && topo.allows(all[i]) {
+			all[i].ForCluster, found = true, true
+		}
 	}
-	return terminating, problems
+	if found {
+		return
+	}
+	for i := range all {
+		all[i].ForCluster = all[i].Serving && all[i].Terminating
+	}
+}
+
+func markLocal(all []candidate) {
+	ready := slices.ContainsFunc(all, func(c candidate) bool { return c.Local && c.Ready })
+	for i := range all {
+		c := &all[i]
+		if ready {
+			c.ForLocal = c.Local && c.Ready
+		} else {
+			c.ForLocal = c.Local && c.Serving && c.Terminating
+		}
+	}
 }
 
 // collect returns every endpoint of the port across slices, each address and
 // port once, sorted by address and port.
-func collect(cfg Config, key plan.Key, sl []*discoveryv1.EndpointSlice) ([]plan.Endpoint, []Problem) {
-	var out []plan.Endpoint
+func collect(cfg Config, key plan.Key, sl []*discoveryv1.EndpointSlice) ([]candidate, []Problem) {
+	var out []candidate
 	var problems []Problem
 	seen := map[netip.AddrPort]bool{}
 	for _, s := range sl {
@@ -50,18 +110,18 @@ func collect(cfg Config, key plan.Key, sl []*discoveryv1.EndpointSlice) ([]plan.
 			continue
 		}
 		for i, e := range s.Endpoints {
-			ep, problem := endpoint(cfg, obj, i, e, uint16(port), s.AddressType)
+			c, problem := endpoint(cfg, obj, i, e, uint16(port), s.AddressType)
 			if problem != nil {
 				problems = append(problems, *problem)
 				continue
 			}
-			if !seen[ep.AddrPort()] {
-				seen[ep.AddrPort()] = true
-				out = append(out, ep)
+			if !seen[c.AddrPort()] {
+				seen[c.AddrPort()] = true
+				out = append(out, c)
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b plan.Endpoint) int { return a.AddrPort().Compare(b.AddrPort()) })
+	slices.SortFunc(out, func(a, b candidate) int { return a.AddrPort().Compare(b.AddrPort()) })
 	return out, problems
 }
 
@@ -83,34 +143,43 @@ func slicePort(s *discoveryv1.EndpointSlice, key plan.Key) (int32, bool) {
 	return 0, false
 }
 
-func endpoint(cfg Config, obj string, i int, e discoveryv1.Endpoint, port uint16, family discoveryv1.AddressType) (plan.Endpoint, *Problem) {
+func endpoint(cfg Config, obj string, i int, e discoveryv1.Endpoint, port uint16, family discoveryv1.AddressType) (candidate, *Problem) {
 	field := fmt.Sprintf("endpoints[%d].addresses", i)
 	if len(e.Addresses) == 0 {
-		return plan.Endpoint{}, &Problem{obj, field, "no address"}
+		return candidate{}, &Problem{obj, field, "no address"}
 	}
 	addr, err := netip.ParseAddr(e.Addresses[0])
 	if err != nil {
-		return plan.Endpoint{}, &Problem{obj, field + "[0]", fmt.Sprintf("%q is not an IP address", e.Addresses[0])}
+		return candidate{}, &Problem{obj, field + "[0]", fmt.Sprintf("%q is not an IP address", e.Addresses[0])}
 	}
 	addr = addr.Unmap()
 	if addr.Is4() != (family == discoveryv1.AddressTypeIPv4) {
-		return plan.Endpoint{}, &Problem{obj, field + "[0]", fmt.Sprintf("%s is not an %s address", addr, family)}
+		return candidate{}, &Problem{obj, field + "[0]", fmt.Sprintf("%s is not an %s address", addr, family)}
 	}
-	// The API reads a missing ready or serving condition as true, as kube-proxy does.
-	ep := plan.Endpoint{
+	// The API defines a missing ready or serving condition as true.
+	ready := e.Conditions.Ready == nil || *e.Conditions.Ready
+	c := candidate{Endpoint: plan.Endpoint{
 		Address:     addr,
 		Port:        port,
-		Ready:       e.Conditions.Ready == nil || *e.Conditions.Ready,
+		Ready:       ready,
 		Serving:     e.Conditions.Serving == nil || *e.Conditions.Serving,
 		Terminating: e.Conditions.Terminating != nil && *e.Conditions.Terminating,
 		Weight:      1,
-	}
+	}}
 	if e.NodeName != nil {
-		ep.NodeName = *e.NodeName
-		ep.Local = ep.NodeName == cfg.NodeName
+		c.NodeName = *e.NodeName
+		c.Local = c.NodeName != "" && c.NodeName == cfg.NodeName
 	}
 	if e.Zone != nil {
-		ep.Zone = *e.Zone
+		c.Zone = *e.Zone
 	}
-	return ep, nil
+	if e.Hints != nil {
+		for _, z := range e.Hints.ForZones {
+			c.forZones = append(c.forZones, z.Name)
+		}
+		for _, n := range e.Hints.ForNodes {
+			c.forNodes = append(c.forNodes, n.Name)
+		}
+	}
+	return c, nil
 }

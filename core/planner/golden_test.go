@@ -62,7 +62,7 @@ func render(states map[string]tracker.ServiceState) string {
 	var b strings.Builder
 	for _, name := range sortedKeys(states) {
 		fmt.Fprintf(&b, "# %s\n", name)
-		services, problems := planner.Service(planner.Config{NodeName: "node-a"}, states[name])
+		services, problems := planner.Service(planner.Config{NodeName: "node-a", Zone: "zone-a"}, states[name])
 		for _, s := range services {
 			b.WriteString(s.String())
 		}

@@ -24,6 +24,8 @@ const (
 // Config is what the planner needs to know about this node.
 type Config struct {
 	NodeName string
+	// Zone is the node's topology.kubernetes.io/zone label, for topology hints.
+	Zone string
 }
 
 // Problem is a piece of bad input the planner skipped: which object, which
@@ -45,15 +47,22 @@ func Service(cfg Config, st tracker.ServiceState) ([]*plan.Service, []Problem) {
 		return nil, nil
 	}
 	obj := "Service " + svc.Namespace + "/" + svc.Name
-	ips, problems := clusterIPs(obj, svc)
-	if len(ips) == 0 {
+	sh, problems := serviceShape(obj, svc)
+	if len(sh.ClusterIPs) == 0 {
 		return nil, problems
 	}
 	var out []*plan.Service
 	// Every port reads the same slices: report a bad endpoint once, not once per port.
 	seen := map[Problem]bool{}
+	names := map[string]bool{}
 	for i, port := range svc.Spec.Ports {
-		ps, p := servicePort(cfg, obj, svc, i, port, ips, st.Slices)
+		if names[port.Name] {
+			problems = append(problems, Problem{obj, fmt.Sprintf("spec.ports[%d].name", i),
+				fmt.Sprintf("port name %q is already used by another port", port.Name)})
+			continue
+		}
+		names[port.Name] = true
+		ps, p := servicePort(cfg, obj, svc, i, port, sh, st.Slices)
 		for _, pr := range p {
 			if !seen[pr] {
 				seen[pr] = true
@@ -81,30 +90,7 @@ func proxied(svc *corev1.Service) bool {
 	return svc.Spec.ClusterIP != corev1.ClusterIPNone && svc.Spec.ClusterIP != ""
 }
 
-func clusterIPs(obj string, svc *corev1.Service) ([]netip.Addr, []Problem) {
-	raw := svc.Spec.ClusterIPs
-	field := "spec.clusterIPs"
-	if len(raw) == 0 {
-		raw, field = []string{svc.Spec.ClusterIP}, "spec.clusterIP"
-	}
-	var ips []netip.Addr
-	var problems []Problem
-	for i, s := range raw {
-		ip, err := netip.ParseAddr(s)
-		if err != nil {
-			f := field // spec.clusterIP is a single value, not a list
-			if len(svc.Spec.ClusterIPs) > 0 {
-				f = fmt.Sprintf("%s[%d]", field, i)
-			}
-			problems = append(problems, Problem{obj, f, fmt.Sprintf("%q is not an IP address", s)})
-			continue
-		}
-		ips = append(ips, ip.Unmap())
-	}
-	return ips, problems
-}
-
-func servicePort(cfg Config, obj string, svc *corev1.Service, i int, port corev1.ServicePort, ips []netip.Addr,
+func servicePort(cfg Config, obj string, svc *corev1.Service, i int, port corev1.ServicePort, sh *plan.Service,
 	slices []*discoveryv1.EndpointSlice) (*plan.Service, []Problem) {
 	field := fmt.Sprintf("spec.ports[%d]", i)
 	proto := plan.Protocol(port.Protocol)
@@ -117,11 +103,9 @@ func servicePort(cfg Config, obj string, svc *corev1.Service, i int, port corev1
 	if port.Port < 1 || port.Port > 65535 {
 		return nil, []Problem{{obj, field + ".port", fmt.Sprintf("%d is out of range 1-65535", port.Port)}}
 	}
-	ps := &plan.Service{
-		Key:        plan.Key{Namespace: svc.Namespace, Name: svc.Name, Port: port.Name, Protocol: proto},
-		ClusterIPs: ips,
-		Port:       uint16(port.Port),
-	}
+	ps := sh.Clone()
+	ps.Key = plan.Key{Namespace: svc.Namespace, Name: svc.Name, Port: port.Name, Protocol: proto}
+	ps.Port = uint16(port.Port)
 	var problems []Problem
 	if hasNodePorts(svc) && port.NodePort != 0 {
 		if port.NodePort < 1 || port.NodePort > 65535 {
@@ -130,7 +114,7 @@ func servicePort(cfg Config, obj string, svc *corev1.Service, i int, port corev1
 			ps.NodePort = uint16(port.NodePort)
 		}
 	}
-	eps, p := endpoints(cfg, ps.Key, slices)
+	eps, p := endpoints(cfg, ps, slices)
 	ps.Endpoints = eps
 	return ps, append(problems, p...)
 }

@@ -15,11 +15,11 @@ func TestServiceWithoutServiceObject(t *testing.T) {
 	states := readStates(t, filepath.Join("testdata", "clusterip.yaml"))
 	st := states["shop/web"]
 	st.Service = nil
-	services, problems := planner.Service(planner.Config{NodeName: "node-a"}, st)
+	services, problems := planner.Service(planner.Config{NodeName: "node-a", Zone: "zone-a"}, st)
 	if services != nil || problems != nil {
 		t.Errorf("Service(nil service) = %v, %v; want nothing", services, problems)
 	}
-	services, problems = planner.Service(planner.Config{NodeName: "node-a"}, tracker.ServiceState{})
+	services, problems = planner.Service(planner.Config{NodeName: "node-a", Zone: "zone-a"}, tracker.ServiceState{})
 	if services != nil || problems != nil {
 		t.Errorf("Service(empty state) = %v, %v; want nothing", services, problems)
 	}
@@ -32,7 +32,7 @@ func TestServiceSliceOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := planner.Config{NodeName: "node-a"}
+	cfg := planner.Config{NodeName: "node-a", Zone: "zone-a"}
 	for _, in := range cases {
 		for name, st := range readStates(t, in) {
 			if len(st.Slices) < 2 {

@@ -109,10 +109,19 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 // keys whose plan service changed.
 func (p *Proxy) update(full bool) []plan.Key {
 	snap := p.tracker.Checkout(full)
+	if snap.NodeChanged && !full {
+		// The node's zone decides topology for every service: replan them all
+		// (the backend still gets only the keys whose plan changed).
+		zone := p.plan.Node.Zone
+		if planner.Node(p.opts.NodeName, snap.Node).Zone != zone {
+			all := p.tracker.Checkout(true)
+			maps.Copy(snap.Services, all.Services)
+		}
+	}
 	if snap.NodeChanged || full {
 		p.plan.Node = planner.Node(p.opts.NodeName, snap.Node)
 	}
-	cfg := planner.Config{NodeName: p.opts.NodeName}
+	cfg := planner.Config{NodeName: p.opts.NodeName, Zone: p.plan.Node.Zone}
 	var changed []plan.Key
 	for _, name := range slices.Sorted(maps.Keys(snap.Services)) {
 		services, problems := planner.Service(cfg, snap.Services[name])

@@ -579,3 +579,49 @@ func TestSyncWithoutBackendPlansOnly(t *testing.T) {
 		t.Errorf("plan:\n%s\nwant:\n%s", got, clusterPlan)
 	}
 }
+
+// TestZoneChangeReplansTopology moves the node to another zone: services
+// whose endpoints carry zone hints are replanned and only they reach the
+// backend.
+func TestZoneChangeReplansTopology(t *testing.T) {
+	p, be, _ := newProxy(t)
+	h := p.Handler()
+	n := node("n1")
+	h.OnNode(nil, n)
+	h.OnService(nil, service("zonal", "10.96.0.30", svcPort("http", 80)))
+	slice := endpointSlice("zonal-1", "zonal", ports(epPort("http", 8080)), "10.244.0.31", "10.244.1.31")
+	slice.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "z1"}}}
+	slice.Endpoints[1].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "z2"}}}
+	h.OnEndpointSlice(nil, slice)
+	h.OnService(nil, service("plain", "10.96.0.31", svcPort("http", 80)))
+	h.OnEndpointSlice(nil, endpointSlice("plain-1", "plain", ports(epPort("http", 8080)), "10.244.0.32"))
+	h.OnSynced()
+	if err := p.Sync(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	forCluster := func() []string {
+		var out []string
+		for _, e := range p.Plan().Services[key("zonal", "http")].Endpoints {
+			if e.ForCluster {
+				out = append(out, e.Address.String())
+			}
+		}
+		return out
+	}
+	if got := forCluster(); len(got) != 1 || got[0] != "10.244.0.31" {
+		t.Fatalf("in zone z1, cluster traffic goes to %v, want [10.244.0.31]", got)
+	}
+
+	moved := n.DeepCopy()
+	moved.Labels[corev1.LabelTopologyZone] = "z2"
+	h.OnNode(n, moved)
+	if err := p.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if want := []plan.Key{key("zonal", "http")}; !sameKeys(be.last(t).changed, want) {
+		t.Errorf("after the zone change the backend got %v, want %v", be.last(t).changed, want)
+	}
+	if got := forCluster(); len(got) != 1 || got[0] != "10.244.1.31" {
+		t.Errorf("in zone z2, cluster traffic goes to %v, want [10.244.1.31]", got)
+	}
+}

@@ -73,8 +73,34 @@ type Service struct {
 	Port       uint16
 	// NodePort is 0 when the service has none.
 	NodePort uint16
+	// ExternalIPs are the spec.externalIPs, reached on Port.
+	ExternalIPs []netip.Addr
+	// LoadBalancerIPs are the load balancer's ingress IPs that this node
+	// captures (ingress entries with ipMode Proxy are left to the balancer).
+	LoadBalancerIPs []netip.Addr
+	// SourceRanges limits who may reach LoadBalancerIPs; empty allows all.
+	SourceRanges []netip.Prefix
+	// ExternalLocal is externalTrafficPolicy: Local: traffic to node ports,
+	// external and load-balancer IPs goes only to this node's endpoints and
+	// keeps its source address.
+	ExternalLocal bool
+	// InternalLocal is internalTrafficPolicy: Local: cluster-IP traffic goes
+	// only to this node's endpoints.
+	InternalLocal bool
+	// HealthCheckNodePort serves load-balancer health checks when
+	// ExternalLocal is set; 0 when none.
+	HealthCheckNodePort uint16
+	// Affinity, when set, sends a client's connections to the same endpoint.
+	Affinity *Affinity
 	// Endpoints are the backends the port balances over, in a stable order.
 	Endpoints []Endpoint
+}
+
+// Affinity is ClientIP session affinity.
+type Affinity struct {
+	// TimeoutSeconds is how long a client stays with its endpoint after its
+	// last new connection.
+	TimeoutSeconds uint32
 }
 
 // Endpoint is one backend of a service port.
@@ -89,6 +115,12 @@ type Endpoint struct {
 	Terminating bool
 	// Local is true when the endpoint runs on this node.
 	Local bool
+	// ForCluster is true when the endpoint serves traffic under the Cluster
+	// traffic policy; ForLocal when it serves traffic under the Local policy.
+	// Both are decided by the planner (readiness, terminating fallback,
+	// topology), separately for the two policies.
+	ForCluster bool
+	ForLocal   bool
 	// Weight is the endpoint's share of new connections; 1 by default, 0 means drained.
 	Weight uint32
 }
@@ -122,6 +154,13 @@ func (s *Service) Clone() *Service {
 	}
 	c := *s
 	c.ClusterIPs = slices.Clone(s.ClusterIPs)
+	c.ExternalIPs = slices.Clone(s.ExternalIPs)
+	c.LoadBalancerIPs = slices.Clone(s.LoadBalancerIPs)
+	c.SourceRanges = slices.Clone(s.SourceRanges)
+	if s.Affinity != nil {
+		a := *s.Affinity
+		c.Affinity = &a
+	}
 	c.Endpoints = slices.Clone(s.Endpoints)
 	return &c
 }
@@ -142,7 +181,18 @@ func (s *Service) Equal(o *Service) bool {
 		return s == o
 	}
 	return s.Key == o.Key && s.Port == o.Port && s.NodePort == o.NodePort &&
-		slices.Equal(s.ClusterIPs, o.ClusterIPs) && slices.Equal(s.Endpoints, o.Endpoints)
+		s.ExternalLocal == o.ExternalLocal && s.InternalLocal == o.InternalLocal &&
+		s.HealthCheckNodePort == o.HealthCheckNodePort && equalAffinity(s.Affinity, o.Affinity) &&
+		slices.Equal(s.ClusterIPs, o.ClusterIPs) && slices.Equal(s.ExternalIPs, o.ExternalIPs) &&
+		slices.Equal(s.LoadBalancerIPs, o.LoadBalancerIPs) && slices.Equal(s.SourceRanges, o.SourceRanges) &&
+		slices.Equal(s.Endpoints, o.Endpoints)
+}
+
+func equalAffinity(a, b *Affinity) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // TotalWeight returns the sum of the endpoints' weights.

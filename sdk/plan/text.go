@@ -42,6 +42,16 @@ func (s *Service) String() string {
 	if s.NodePort != 0 {
 		fmt.Fprintf(&b, "  nodePort %d\n", s.NodePort)
 	}
+	for _, ip := range s.ExternalIPs {
+		fmt.Fprintf(&b, "  externalIP %s\n", ip)
+	}
+	for _, ip := range s.LoadBalancerIPs {
+		fmt.Fprintf(&b, "  loadBalancerIP %s\n", ip)
+	}
+	for _, r := range s.SourceRanges {
+		fmt.Fprintf(&b, "  sourceRange %s\n", r)
+	}
+	b.WriteString(s.policyLine())
 	if len(s.Endpoints) == 0 {
 		b.WriteString("  no endpoints: reject\n")
 	}
@@ -51,6 +61,28 @@ func (s *Service) String() string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// policyLine renders traffic policies, health check and affinity, or
+// nothing when all are defaults.
+func (s *Service) policyLine() string {
+	var parts []string
+	if s.ExternalLocal {
+		parts = append(parts, "externalTrafficPolicy=Local")
+	}
+	if s.InternalLocal {
+		parts = append(parts, "internalTrafficPolicy=Local")
+	}
+	if s.HealthCheckNodePort != 0 {
+		parts = append(parts, fmt.Sprintf("healthCheckNodePort=%d", s.HealthCheckNodePort))
+	}
+	if s.Affinity != nil {
+		parts = append(parts, fmt.Sprintf("affinity=ClientIP/%ds", s.Affinity.TimeoutSeconds))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "  " + strings.Join(parts, " ") + "\n"
 }
 
 // String renders the endpoint as one line.
@@ -66,7 +98,8 @@ func (e Endpoint) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{e.Ready, "ready"}, {e.Serving, "serving"}, {e.Terminating, "terminating"}, {e.Local, "local"}} {
+	}{{e.Ready, "ready"}, {e.Serving, "serving"}, {e.Terminating, "terminating"}, {e.Local, "local"},
+		{!e.ForCluster, "not-for-cluster"}, {e.ForLocal, "for-local"}} {
 		if f.on {
 			b.WriteString(" " + f.name)
 		}

@@ -1,0 +1,127 @@
+package planner
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/weirproxy/weir/sdk/plan"
+)
+
+// defaultAffinitySeconds is Kubernetes' default ClientIP affinity timeout.
+const defaultAffinitySeconds = 10800
+
+// serviceShape returns what every port of the service shares: addresses,
+// source ranges, traffic policies, health check port and affinity.
+func serviceShape(obj string, svc *corev1.Service) (*plan.Service, []Problem) {
+	sh := &plan.Service{}
+	var problems []Problem
+	sh.ClusterIPs, problems = clusterIPs(obj, svc)
+	var p []Problem
+	sh.ExternalIPs, p = parseAddrs(obj, "spec.externalIPs", svc.Spec.ExternalIPs)
+	problems = append(problems, p...)
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		sh.LoadBalancerIPs, p = ingressIPs(obj, svc)
+		problems = append(problems, p...)
+		sh.SourceRanges, p = sourceRanges(obj, svc)
+		problems = append(problems, p...)
+	}
+	sh.ExternalLocal = hasNodePorts(svc) && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	sh.InternalLocal = svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	if sh.ExternalLocal && svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		sh.HealthCheckNodePort, p = healthCheckPort(obj, svc)
+		problems = append(problems, p...)
+	}
+	sh.Affinity = affinity(svc)
+	return sh, problems
+}
+
+func clusterIPs(obj string, svc *corev1.Service) ([]netip.Addr, []Problem) {
+	if len(svc.Spec.ClusterIPs) > 0 {
+		return parseAddrs(obj, "spec.clusterIPs", svc.Spec.ClusterIPs)
+	}
+	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil {
+		return nil, []Problem{{obj, "spec.clusterIP", fmt.Sprintf("%q is not an IP address", svc.Spec.ClusterIP)}}
+	}
+	return []netip.Addr{ip.Unmap()}, nil
+}
+
+// parseAddrs parses a list of IP addresses, skipping (and reporting) bad
+// ones and duplicates.
+func parseAddrs(obj, field string, raw []string) ([]netip.Addr, []Problem) {
+	var ips []netip.Addr
+	var problems []Problem
+	for i, s := range raw {
+		ips, problems = addAddr(ips, problems, obj, fmt.Sprintf("%s[%d]", field, i), s)
+	}
+	return ips, problems
+}
+
+// addAddr appends s to ips when it is a new, valid address, or a problem
+// naming field to problems.
+func addAddr(ips []netip.Addr, problems []Problem, obj, field, s string) ([]netip.Addr, []Problem) {
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return ips, append(problems, Problem{obj, field, fmt.Sprintf("%q is not an IP address", s)})
+	}
+	if ip = ip.Unmap(); !slices.Contains(ips, ip) {
+		ips = append(ips, ip)
+	}
+	return ips, problems
+}
+
+// ingressIPs returns the load balancer's ingress IPs this node must capture:
+// those with ipMode VIP (or unset). With ipMode Proxy the balancer sends
+// traffic to the node itself, so capturing the IP would be wrong.
+func ingressIPs(obj string, svc *corev1.Service) ([]netip.Addr, []Problem) {
+	var ips []netip.Addr
+	var problems []Problem
+	for i, in := range svc.Status.LoadBalancer.Ingress {
+		if in.IP == "" || (in.IPMode != nil && *in.IPMode == corev1.LoadBalancerIPModeProxy) {
+			continue
+		}
+		ips, problems = addAddr(ips, problems, obj, fmt.Sprintf("status.loadBalancer.ingress[%d].ip", i), in.IP)
+	}
+	return ips, problems
+}
+
+func sourceRanges(obj string, svc *corev1.Service) ([]netip.Prefix, []Problem) {
+	var out []netip.Prefix
+	var problems []Problem
+	for i, s := range svc.Spec.LoadBalancerSourceRanges {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			problems = append(problems, Problem{obj, fmt.Sprintf("spec.loadBalancerSourceRanges[%d]", i),
+				fmt.Sprintf("%q is not a CIDR", s)})
+			continue
+		}
+		out = append(out, p.Masked())
+	}
+	return out, problems
+}
+
+func healthCheckPort(obj string, svc *corev1.Service) (uint16, []Problem) {
+	p := svc.Spec.HealthCheckNodePort
+	if p == 0 {
+		return 0, nil
+	}
+	if p < 1 || p > 65535 {
+		return 0, []Problem{{obj, "spec.healthCheckNodePort", fmt.Sprintf("%d is out of range 1-65535", p)}}
+	}
+	return uint16(p), nil
+}
+
+func affinity(svc *corev1.Service) *plan.Affinity {
+	if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return nil
+	}
+	timeout := uint32(defaultAffinitySeconds)
+	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil &&
+		*c.ClientIP.TimeoutSeconds > 0 {
+		timeout = uint32(*c.ClientIP.TimeoutSeconds)
+	}
+	return &plan.Affinity{TimeoutSeconds: timeout}
+}
