@@ -60,11 +60,11 @@ func (c *changes) update(key plan.Key, svc *plan.Service) {
 	if svc != nil {
 		target := c.next
 		if old != nil {
-			target = old.target
+			target = old.internal.target
 		}
 		cur = newServiceState(svc, target)
 		if cur != nil && old == nil {
-			c.next++
+			c.next += 2
 		}
 	}
 	if old == nil && cur == nil {
@@ -88,30 +88,42 @@ func (c *changes) entries(old, cur *serviceState) {
 	}
 }
 
+// buckets records the bucket elements that change, pool by pool: only the
+// changed buckets when a pool keeps its target and weight, all of them
+// otherwise.
 func (c *changes) buckets(old, cur *serviceState) {
-	if old != nil && cur != nil && old.target == cur.target && old.weight() == cur.weight() {
-		idx := changedBuckets(old, cur)
-		m := endpointsMap(cur.weight())
-		c.del[m] = append(c.del[m], old.bucketElements(idx)...)
-		c.add[m] = append(c.add[m], cur.bucketElements(idx)...)
-		return
+	oldPools, curPools := old.pools(), cur.pools()
+	for _, o := range oldPools {
+		if i := slices.IndexFunc(curPools, func(p pool) bool { return samePoolShape(o, p) }); i >= 0 {
+			m := endpointsMap(o.weight())
+			idx := changedBuckets(o, curPools[i])
+			c.del[m] = append(c.del[m], o.bucketElements(idx)...)
+			c.add[m] = append(c.add[m], curPools[i].bucketElements(idx)...)
+		} else if o.weight() > 0 {
+			m := endpointsMap(o.weight())
+			c.del[m] = append(c.del[m], o.bucketElements(o.allBuckets())...)
+		}
 	}
-	if old != nil && old.weight() > 0 {
-		m := endpointsMap(old.weight())
-		c.del[m] = append(c.del[m], old.bucketElements(allBuckets(old))...)
-	}
-	if cur != nil && cur.weight() > 0 {
-		m := endpointsMap(cur.weight())
-		c.add[m] = append(c.add[m], cur.bucketElements(allBuckets(cur))...)
+	for _, p := range curPools {
+		if !slices.ContainsFunc(oldPools, func(o pool) bool { return samePoolShape(o, p) }) && p.weight() > 0 {
+			m := endpointsMap(p.weight())
+			c.add[m] = append(c.add[m], p.bucketElements(p.allBuckets())...)
+		}
 	}
 }
 
+func samePoolShape(a, b pool) bool { return a.target == b.target && a.weight() == b.weight() }
+
 func (c *changes) refcounts(old, cur *serviceState) {
-	if old != nil && old.weight() > 0 {
-		c.picks[old.weight()] = c.pickCount(old.weight()) - 1
+	for _, p := range old.pools() {
+		if p.weight() > 0 {
+			c.picks[p.weight()] = c.pickCount(p.weight()) - 1
+		}
 	}
-	if cur != nil && cur.weight() > 0 {
-		c.picks[cur.weight()] = c.pickCount(cur.weight()) + 1
+	for _, p := range cur.pools() {
+		if p.weight() > 0 {
+			c.picks[p.weight()] = c.pickCount(p.weight()) + 1
+		}
 	}
 	for _, a := range old.hairpinAddrs() {
 		c.hairpin[a] = c.hairpinCount(a) - 1

@@ -150,6 +150,8 @@ func rejectPortUnreachable() expr.Any {
 	return &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: icmpPortUnreachable}
 }
 
+func drop() expr.Any { return &expr.Verdict{Kind: expr.VerdictDrop} }
+
 func jump(chain string) expr.Any { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
 
 func u32BE(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }

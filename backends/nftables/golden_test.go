@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/weirproxy/weir/sdk/plan"
@@ -41,6 +42,17 @@ func svc(ns, name, port string, proto plan.Protocol, vip string, vport, nodePort
 	}
 }
 
+// etpLocal sets externalTrafficPolicy Local; the endpoints at local
+// addresses run on this node and serve local traffic.
+func etpLocal(s *plan.Service, local ...string) *plan.Service {
+	s.ExternalLocal = true
+	for i, e := range s.Endpoints {
+		s.Endpoints[i].Local = slices.Contains(local, e.Address.String())
+		s.Endpoints[i].ForLocal = s.Endpoints[i].Local
+	}
+	return s
+}
+
 func testPlan(svcs ...*plan.Service) *plan.Plan {
 	p := &plan.Plan{Services: map[plan.Key]*plan.Service{}}
 	for _, s := range svcs {
@@ -63,6 +75,10 @@ func TestGoldenFullSync(t *testing.T) {
 		svc("default", "canary", "", plan.TCP, "10.96.0.12", 80, 30080, ep("10.244.0.11", 8080, 3), ep("10.244.0.13", 8080, 1)),
 		svc("default", "dns", "dns", plan.UDP, "10.96.0.53", 53, 0, ep("10.244.0.14", 53, 1), ep("10.244.0.15", 53, 1)),
 		svc("default", "empty", "http", plan.TCP, "10.96.0.20", 80, 30081),
+		etpLocal(svc("default", "edge", "http", plan.TCP, "10.96.0.30", 80, 30082,
+			ep("10.244.0.11", 8080, 1), ep("10.244.1.11", 8080, 1)), "10.244.0.11"),
+		etpLocal(svc("default", "edge-elsewhere", "http", plan.TCP, "10.96.0.31", 80, 30083,
+			ep("10.244.1.12", 8080, 1))),
 	)
 	tx, _ := b.fullTxn(p)
 	golden(t, "full.nft", tx.String())
@@ -117,7 +133,7 @@ func TestBucketsFollowWeights(t *testing.T) {
 			eps = append(eps, ep(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}).String(), 80, w))
 		}
 		got := map[netip.AddrPort]int{}
-		for _, b := range buckets(eps) {
+		for _, b := range buckets(eps, false) {
 			got[b]++
 		}
 		for i, e := range eps {

@@ -207,7 +207,7 @@ func TestKernelOneChangeTouchesOneService(t *testing.T) {
 	p.Services[changedKey] = changed
 	mustSync(t, b, p, []plan.Key{changedKey})
 
-	target := b.state.services[changedKey].target
+	target := b.state.services[changedKey].internal.target
 	got := <-events
 	if len(got) == 0 {
 		t.Fatal("saw no element changes for the one-service transaction")
@@ -221,4 +221,58 @@ func TestKernelOneChangeTouchesOneService(t *testing.T) {
 	netns.WantPods(t, "changed service", netns.DialMany(t, topo.Client, addr, 40), "pod-a", "pod-c")
 	other := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, 1, 18}), 80)
 	netns.WantPods(t, "untouched neighbour", netns.DialMany(t, topo.Client, other, 40), "pod-a", "pod-b")
+}
+
+// policyEP is a pod endpoint with the traffic sets the planner chose.
+func policyEP(a netip.Addr, forCluster, forLocal bool) plan.Endpoint {
+	e := podEP(a, 1)
+	e.ForCluster, e.ForLocal, e.Local = forCluster, forLocal, forLocal
+	return e
+}
+
+// wantDropped checks that connecting times out: the packet is dropped, not
+// rejected.
+func wantDropped(t *testing.T, what string, ns *netns.Namespace, addr netip.AddrPort) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	a, err := ns.DialTCP(ctx, addr)
+	if !errors.Is(err, netns.ErrTimeout) {
+		t.Errorf("%s: got answer %v, error %v; want the connection dropped (timeout)", what, a, err)
+	}
+}
+
+func TestKernelExternalTrafficPolicyLocal(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	local := svc("default", "local", "http", plan.TCP, vip.String(), 80, 30090,
+		policyEP(podA, true, true), policyEP(podB, true, false))
+	local.ExternalLocal = true
+	nowhere := svc("default", "nowhere", "http", plan.TCP, "10.96.0.11", 80, 30091, policyEP(podB, true, false))
+	nowhere.ExternalLocal = true
+	mustSync(t, b, testPlan(local, nowhere), nil)
+
+	answers := netns.DialMany(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30090), 30)
+	netns.WantPods(t, "NodePort with externalTrafficPolicy Local", answers, "pod-a")
+	for _, a := range answers {
+		if a.Source.Addr() != topo.ClientIP {
+			t.Fatalf("externalTrafficPolicy Local: pod saw %s, want the client's own %s", a.Source, topo.ClientIP)
+		}
+	}
+	netns.WantPods(t, "its ClusterIP", netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), 40), "pod-a", "pod-b")
+	wantDropped(t, "NodePort without local endpoints", topo.Client, netip.AddrPortFrom(topo.NodeIP, 30091))
+	netns.WantPods(t, "ClusterIP of the service without local endpoints",
+		netns.DialMany(t, topo.Client, netip.AddrPortFrom(netip.MustParseAddr("10.96.0.11"), 80), 5), "pod-b")
+}
+
+func TestKernelInternalTrafficPolicyLocal(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	local := svc("default", "local", "http", plan.TCP, vip.String(), 80, 0,
+		policyEP(podA, false, true), policyEP(podB, false, false))
+	local.InternalLocal = true
+	nowhere := svc("default", "nowhere", "http", plan.TCP, "10.96.0.11", 80, 0, policyEP(podB, false, false))
+	nowhere.InternalLocal = true
+	mustSync(t, b, testPlan(local, nowhere), nil)
+
+	netns.WantPods(t, "internalTrafficPolicy Local", netns.DialMany(t, topo.Pods["pod-c"].NS, netip.AddrPortFrom(vip, 80), 30), "pod-a")
+	wantDropped(t, "internalTrafficPolicy Local without local endpoints", topo.Pods["pod-c"].NS, netip.AddrPortFrom(netip.MustParseAddr("10.96.0.11"), 80))
 }

@@ -26,6 +26,8 @@ const (
 	setNPTargets     = "nodeport-targets"  // proto . port : target id
 	setNoEPIPs       = "no-endpoint-ips"
 	setNoEPNodePorts = "no-endpoint-nodeports"
+	setDropIPs       = "no-local-endpoint-ips"       // endpoints exist, none for this traffic: drop
+	setDropNodePorts = "no-local-endpoint-nodeports" // the same for node ports
 	setClusterCIDRs  = "cluster-cidrs"
 	setNodePortCIDRs = "nodeport-cidrs"
 	setHairpin       = "hairpin" // endpoint address . same address
@@ -34,6 +36,10 @@ const (
 func pickIPChain(w uint32) string  { return fmt.Sprintf("pick-ip-%d", w) }
 func pickNPChain(w uint32) string  { return fmt.Sprintf("pick-np-%d", w) }
 func endpointsMap(w uint32) string { return fmt.Sprintf("endpoints-%d", w) }
+
+// pickNPLocalChain serves node ports of externalTrafficPolicy: Local
+// services: no masquerade, so endpoints see the client's address.
+func pickNPLocalChain(w uint32) string { return fmt.Sprintf("pick-np-local-%d", w) }
 
 var (
 	ipKeyType   = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
@@ -83,6 +89,8 @@ func (l *layout) base(t *txn) {
 		l.dataMap(setNPTargets, portKeyType, nftables.TypeInteger),
 		l.set(setNoEPIPs, ipKeyType),
 		l.set(setNoEPNodePorts, portKeyType),
+		l.set(setDropIPs, ipKeyType),
+		l.set(setDropNodePorts, portKeyType),
 		l.set(setHairpin, addrAddr),
 	} {
 		t.add(op{kind: opAddSet, set: s})
@@ -185,6 +193,18 @@ func (l *layout) endpointCheckRules(t *txn) {
 		}})
 		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: m.text + " reject", exprs: append(m.exprs, rejectPortUnreachable())}})
 	}
+	drops := []struct {
+		text  string
+		exprs []expr.Any
+	}{
+		{"ct state new ip daddr . meta l4proto . th dport @" + setDropIPs + " drop",
+			append(append(ctStateNew(), ipKeyExprs()...), lookup(regKey, setDropIPs, false))},
+		{"ct state new fib daddr type local meta l4proto . th dport @" + setDropNodePorts + " drop",
+			append(append(append(ctStateNew(), daddrLocal()...), portKeyExprs()...), lookup(regKey, setDropNodePorts, false))},
+	}
+	for _, d := range drops {
+		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: d.text, exprs: append(d.exprs, drop())}})
+	}
 }
 
 // addPick appends the chains and map serving every service of total weight w.
@@ -206,11 +226,18 @@ func (l *layout) addPick(t *txn, w uint32) {
 		text:  fmt.Sprintf("meta mark set meta mark | %#x", masqueradeMark),
 		exprs: setMarkBit(masqueradeMark, false),
 	}})
-	t.add(op{kind: opAddRule, chain: np, rule: &rule{
+	t.add(op{kind: opAddRule, chain: np, rule: l.nodePortDNAT(w)})
+	npl := l.chain(pickNPLocalChain(w))
+	t.add(op{kind: opAddChain, chain: npl})
+	t.add(op{kind: opAddRule, chain: npl, rule: l.nodePortDNAT(w)})
+}
+
+func (l *layout) nodePortDNAT(w uint32) *rule {
+	return &rule{
 		text: fmt.Sprintf("dnat to meta l4proto . th dport map @%s . numgen random mod %d map @%s",
 			setNPTargets, w, endpointsMap(w)),
 		exprs: append(append(portKeyExprs(), mapTo(regKey, setNPTargets, regTarget)), pickAndDNAT(w, endpointsMap(w))...),
-	}})
+	}
 }
 
 // delPick removes what addPick created; the caller has already removed every
@@ -218,6 +245,7 @@ func (l *layout) addPick(t *txn, w uint32) {
 func (l *layout) delPick(t *txn, w uint32) {
 	t.add(op{kind: opDelChain, chain: l.chain(pickIPChain(w))})
 	t.add(op{kind: opDelChain, chain: l.chain(pickNPChain(w))})
+	t.add(op{kind: opDelChain, chain: l.chain(pickNPLocalChain(w))})
 	t.add(op{kind: opDelSet, set: l.dataMap(endpointsMap(w), bucketType, addrPort)})
 }
 
