@@ -118,14 +118,28 @@ func (b *Backend) fullSync(p *plan.Plan) error {
 	return nil
 }
 
-// fullTxn builds the transaction that replaces the whole table with p.
+// fullTxn builds the transaction that rewrites the whole table from p. The
+// first one of a process replaces the table outright. Later ones empty and
+// refill every object instead, keeping the table, the affinity map and each
+// service's target id, so ClientIP affinity survives periodic full syncs.
 func (b *Backend) fullTxn(p *plan.Plan) (*txn, *changes) {
 	t := &txn{table: b.layout.table}
-	// Adding first makes the delete valid when the table does not exist yet.
-	t.add(op{kind: opAddTable})
-	t.add(op{kind: opDelTable})
-	b.layout.base(t)
+	if !b.synced {
+		// Adding first makes the delete valid when the table does not exist yet.
+		t.add(op{kind: opAddTable})
+		t.add(op{kind: opDelTable})
+	}
+	b.layout.base(t, b.synced)
+	if b.synced {
+		for _, spec := range sortedSpecs(b.state.chains) {
+			b.layout.delPickChain(t, spec)
+		}
+		for _, w := range sortedKeys(b.state.maps) {
+			b.layout.delEndpointsMap(t, w)
+		}
+	}
 	c := newChanges(newState())
+	c.prior = b.state
 	for _, k := range p.Keys() {
 		c.update(k, p.Services[k])
 	}

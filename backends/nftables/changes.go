@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 
@@ -11,13 +12,15 @@ import (
 // state is everything the backend has committed to the kernel.
 type state struct {
 	services   map[plan.Key]*serviceState
-	picks      map[uint32]int     // services per total weight
+	maps       map[uint32]int     // pools per total weight: endpoints-W users
+	chains     map[pickSpec]int   // elements sending packets to each pick chain
 	hairpin    map[netip.Addr]int // services per endpoint address
 	nextTarget uint32
 }
 
 func newState() *state {
-	return &state{services: map[plan.Key]*serviceState{}, picks: map[uint32]int{}, hairpin: map[netip.Addr]int{}, nextTarget: 1}
+	return &state{services: map[plan.Key]*serviceState{}, maps: map[uint32]int{}, chains: map[pickSpec]int{},
+		hairpin: map[netip.Addr]int{}, nextTarget: 1}
 }
 
 // changes is a pending update of state: it is merged only after the kernel
@@ -26,31 +29,30 @@ func newState() *state {
 type changes struct {
 	base     *state
 	services map[plan.Key]*serviceState // nil value: deleted
-	picks    map[uint32]int
+	maps     map[uint32]int
+	chains   map[pickSpec]int
 	hairpin  map[netip.Addr]int
 	next     uint32
+	// prior, in a full sync, is the state being replaced: services keep
+	// their target ids, so affinity entries stay valid.
+	prior    *state
 	del, add map[string][]element
 }
 
 func newChanges(base *state) *changes {
 	return &changes{
-		base: base, services: map[plan.Key]*serviceState{}, picks: map[uint32]int{}, hairpin: map[netip.Addr]int{},
-		next: base.nextTarget, del: map[string][]element{}, add: map[string][]element{},
+		base: base, services: map[plan.Key]*serviceState{}, maps: map[uint32]int{}, chains: map[pickSpec]int{},
+		hairpin: map[netip.Addr]int{},
+		next:    base.nextTarget, del: map[string][]element{}, add: map[string][]element{},
 	}
 }
 
-func (c *changes) pickCount(w uint32) int {
-	if n, ok := c.picks[w]; ok {
+// count returns a pending count, or the committed one when unchanged.
+func count[K comparable](pending, base map[K]int, k K) int {
+	if n, ok := pending[k]; ok {
 		return n
 	}
-	return c.base.picks[w]
-}
-
-func (c *changes) hairpinCount(a netip.Addr) int {
-	if n, ok := c.hairpin[a]; ok {
-		return n
-	}
-	return c.base.hairpin[a]
+	return base[k]
 }
 
 // update records that key moves from old to the plan's service (nil: deleted).
@@ -58,12 +60,9 @@ func (c *changes) update(key plan.Key, svc *plan.Service) {
 	old := c.base.services[key]
 	var cur *serviceState
 	if svc != nil {
-		target := c.next
-		if old != nil {
-			target = old.internal.target
-		}
+		target, fresh := c.targetFor(key, old)
 		cur = newServiceState(svc, target)
-		if cur != nil && old == nil {
+		if cur != nil && fresh {
 			c.next += 2
 		}
 	}
@@ -76,15 +75,40 @@ func (c *changes) update(key plan.Key, svc *plan.Service) {
 	c.refcounts(old, cur)
 }
 
+// targetFor returns the key's target id: its current one, its one before a
+// full sync, or a fresh one (fresh is then true).
+func (c *changes) targetFor(key plan.Key, old *serviceState) (target uint32, fresh bool) {
+	if old != nil {
+		return old.internal.target, false
+	}
+	if c.prior != nil {
+		c.next = max(c.next, c.prior.nextTarget)
+		if p := c.prior.services[key]; p != nil {
+			return p.internal.target, false
+		}
+	}
+	return c.next, true
+}
+
 func (c *changes) entries(old, cur *serviceState) {
 	if sameEntries(old, cur) {
 		return
 	}
 	if old != nil {
-		old.entryElements(func(set string, e element) { c.del[set] = append(c.del[set], e) })
+		old.entryElements(func(set string, e element, spec *pickSpec) {
+			c.del[set] = append(c.del[set], e)
+			if spec != nil {
+				c.chains[*spec] = count(c.chains, c.base.chains, *spec) - 1
+			}
+		})
 	}
 	if cur != nil {
-		cur.entryElements(func(set string, e element) { c.add[set] = append(c.add[set], e) })
+		cur.entryElements(func(set string, e element, spec *pickSpec) {
+			c.add[set] = append(c.add[set], e)
+			if spec != nil {
+				c.chains[*spec] = count(c.chains, c.base.chains, *spec) + 1
+			}
+		})
 	}
 }
 
@@ -117,30 +141,36 @@ func samePoolShape(a, b pool) bool { return a.target == b.target && a.weight() =
 func (c *changes) refcounts(old, cur *serviceState) {
 	for _, p := range old.pools() {
 		if p.weight() > 0 {
-			c.picks[p.weight()] = c.pickCount(p.weight()) - 1
+			c.maps[p.weight()] = count(c.maps, c.base.maps, p.weight()) - 1
 		}
 	}
 	for _, p := range cur.pools() {
 		if p.weight() > 0 {
-			c.picks[p.weight()] = c.pickCount(p.weight()) + 1
+			c.maps[p.weight()] = count(c.maps, c.base.maps, p.weight()) + 1
 		}
 	}
 	for _, a := range old.hairpinAddrs() {
-		c.hairpin[a] = c.hairpinCount(a) - 1
+		c.hairpin[a] = count(c.hairpin, c.base.hairpin, a) - 1
 	}
 	for _, a := range cur.hairpinAddrs() {
-		c.hairpin[a] = c.hairpinCount(a) + 1
+		c.hairpin[a] = count(c.hairpin, c.base.hairpin, a) + 1
 	}
 }
 
-// write appends the changes to t in an order the kernel accepts: new pick
-// objects, element deletions, element additions, then pick objects no
-// service uses any more.
+// write appends the changes to t in an order the kernel accepts: new maps
+// and pick chains, element deletions, element additions, then the chains and
+// maps nothing uses any more.
 func (c *changes) write(t *txn, l *layout) {
-	weights := sortedKeys(c.picks)
+	weights := sortedKeys(c.maps)
+	specs := sortedSpecs(c.chains)
 	for _, w := range weights {
-		if c.base.picks[w] == 0 && c.picks[w] > 0 {
-			l.addPick(t, w)
+		if c.base.maps[w] == 0 && c.maps[w] > 0 {
+			l.addEndpointsMap(t, w)
+		}
+	}
+	for _, spec := range specs {
+		if c.base.chains[spec] == 0 && c.chains[spec] > 0 {
+			l.addPickChain(t, spec)
 		}
 	}
 	for _, a := range sortedAddrs(c.hairpin) {
@@ -158,11 +188,27 @@ func (c *changes) write(t *txn, l *layout) {
 	for _, name := range sortedKeys(c.add) {
 		t.addElems(l.setNamed(name), c.add[name]...)
 	}
-	for _, w := range weights {
-		if c.base.picks[w] > 0 && c.picks[w] == 0 {
-			l.delPick(t, w)
+	for _, spec := range specs {
+		if c.base.chains[spec] > 0 && c.chains[spec] == 0 {
+			l.delPickChain(t, spec)
 		}
 	}
+	for _, w := range weights {
+		if c.base.maps[w] > 0 && c.maps[w] == 0 {
+			l.delEndpointsMap(t, w)
+		}
+	}
+}
+
+func sortedSpecs(m map[pickSpec]int) []pickSpec {
+	specs := make([]pickSpec, 0, len(m))
+	for s := range m {
+		specs = append(specs, s)
+	}
+	slices.SortFunc(specs, func(a, b pickSpec) int {
+		return cmp.Or(cmp.Compare(a.weight, b.weight), cmp.Compare(a.kind, b.kind), cmp.Compare(a.affinity, b.affinity))
+	})
+	return specs
 }
 
 // commit merges the changes into their base state.
@@ -175,7 +221,8 @@ func (c *changes) commit() {
 			s.services[k] = v
 		}
 	}
-	mergeCounts(s.picks, c.picks)
+	mergeCounts(s.maps, c.maps)
+	mergeCounts(s.chains, c.chains)
 	mergeCounts(s.hairpin, c.hairpin)
 	s.nextTarget = c.next
 }

@@ -84,6 +84,20 @@ func TestGoldenFullSync(t *testing.T) {
 	golden(t, "full.nft", tx.String())
 }
 
+// TestGoldenRefill shows a periodic full sync: the table stays, every object
+// is emptied and refilled, and the affinity map is left alone.
+func TestGoldenRefill(t *testing.T) {
+	b := offlineBackend(Options{})
+	web := svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 0, ep("10.244.0.11", 8080, 1), ep("10.244.0.12", 8080, 1))
+	web.Affinity = &plan.Affinity{TimeoutSeconds: 60}
+	p := testPlan(web)
+	_, c := b.fullTxn(p)
+	c.commit()
+	b.state, b.synced = c.base, true
+	tx, _ := b.fullTxn(p)
+	golden(t, "full-refill.nft", tx.String())
+}
+
 func TestGoldenPartialSync(t *testing.T) {
 	b := offlineBackend(Options{MasqueradeAll: true})
 	web := svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 0, ep("10.244.0.11", 8080, 1), ep("10.244.0.12", 8080, 1))

@@ -171,7 +171,8 @@ func TestKernelFailedTransactionKeepsRules(t *testing.T) {
 	// whole transaction, which also carries a real change to web.
 	ghost := svc("default", "ghost", "", plan.TCP, "10.96.0.99", 80, 0, podEP(podC, 1))
 	b.state.services[ghost.Key] = newServiceState(ghost, 999)
-	b.state.picks[1]++
+	b.state.maps[1]++
+	b.state.chains[pickSpec{kind: pickCluster, weight: 1}]++
 	moved := web.Clone()
 	moved.Endpoints = []plan.Endpoint{podEP(podB, 1)}
 	p.Services[web.Key] = moved
@@ -275,4 +276,63 @@ func TestKernelInternalTrafficPolicyLocal(t *testing.T) {
 
 	netns.WantPods(t, "internalTrafficPolicy Local", netns.DialMany(t, topo.Pods["pod-c"].NS, netip.AddrPortFrom(vip, 80), 30), "pod-a")
 	wantDropped(t, "internalTrafficPolicy Local without local endpoints", topo.Pods["pod-c"].NS, netip.AddrPortFrom(netip.MustParseAddr("10.96.0.11"), 80))
+}
+
+func TestKernelExternalAndLoadBalancerIPs(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	extIP, lbIP := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("198.51.100.5")
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1), podEP(podB, 1))
+	web.ExternalIPs = []netip.Addr{extIP}
+	web.LoadBalancerIPs = []netip.Addr{lbIP}
+	mustSync(t, b, testPlan(web), nil)
+	for _, ip := range []netip.Addr{extIP, lbIP} {
+		answers := netns.DialMany(t, topo.Client, netip.AddrPortFrom(ip, 80), 40)
+		netns.WantPods(t, ip.String(), answers, "pod-a", "pod-b")
+		if src := answers[0].Source.Addr(); src != topo.NodeIP {
+			t.Errorf("%s: pod saw %s, want masqueraded to %s (externalTrafficPolicy Cluster)", ip, src, topo.NodeIP)
+		}
+	}
+
+	// With externalTrafficPolicy Local: only local endpoints, client address kept.
+	local := web.Clone()
+	local.ExternalLocal = true
+	local.Endpoints = []plan.Endpoint{policyEP(podA, true, true), policyEP(podB, true, false)}
+	p := testPlan(local)
+	mustSync(t, b, p, []plan.Key{web.Key})
+	answers := netns.DialMany(t, topo.Client, netip.AddrPortFrom(lbIP, 80), 20)
+	netns.WantPods(t, "load-balancer IP, Local policy", answers, "pod-a")
+	if src := answers[0].Source.Addr(); src != topo.ClientIP {
+		t.Errorf("Local policy: pod saw %s, want the client's %s", src, topo.ClientIP)
+	}
+}
+
+func TestKernelSessionAffinity(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	sticky := svc("default", "sticky", "http", plan.TCP, vip.String(), 80, 30095, podEP(podA, 1), podEP(podB, 1), podEP(podC, 1))
+	sticky.Affinity = &plan.Affinity{TimeoutSeconds: 600}
+	other := svc("default", "other", "http", plan.TCP, "10.96.0.11", 80, 0, podEP(podA, 1))
+	p := testPlan(sticky, other)
+	mustSync(t, b, p, nil)
+
+	addr := netip.AddrPortFrom(vip, 80)
+	first := netns.DialMany(t, topo.Client, addr, 1)[0].Pod
+	netns.WantPods(t, "client with affinity", netns.DialMany(t, topo.Client, addr, 20), first)
+	// Other clients (the pods, each its own source) still spread.
+	spread := map[string]bool{}
+	for _, pod := range []string{"pod-a", "pod-b", "pod-c"} {
+		for _, a := range netns.DialMany(t, topo.Pods[pod].NS, addr, 1) {
+			spread[a.Pod] = true
+		}
+	}
+	t.Logf("first answers of three other clients: %v", spread)
+
+	// An unrelated partial sync and a periodic full sync keep the affinity.
+	changed := other.Clone()
+	changed.Endpoints = []plan.Endpoint{podEP(podB, 1)}
+	p.Services[other.Key] = changed
+	mustSync(t, b, p, []plan.Key{other.Key})
+	netns.WantPods(t, "after an unrelated partial sync", netns.DialMany(t, topo.Client, addr, 10), first)
+	mustSync(t, b, p, nil)
+	netns.WantPods(t, "after a periodic full sync", netns.DialMany(t, topo.Client, addr, 10), first)
+	netns.WantPods(t, "the NodePort shares the affinity", netns.DialMany(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30095), 10), first)
 }

@@ -30,16 +30,11 @@ const (
 	setDropNodePorts = "no-local-endpoint-nodeports" // the same for node ports
 	setClusterCIDRs  = "cluster-cidrs"
 	setNodePortCIDRs = "nodeport-cidrs"
-	setHairpin       = "hairpin" // endpoint address . same address
+	setHairpin       = "hairpin"  // endpoint address . same address
+	setAffinity      = "affinity" // target . client address : target . bucket, with timeouts
 )
 
-func pickIPChain(w uint32) string  { return fmt.Sprintf("pick-ip-%d", w) }
-func pickNPChain(w uint32) string  { return fmt.Sprintf("pick-np-%d", w) }
 func endpointsMap(w uint32) string { return fmt.Sprintf("endpoints-%d", w) }
-
-// pickNPLocalChain serves node ports of externalTrafficPolicy: Local
-// services: no masquerade, so endpoints see the client's address.
-func pickNPLocalChain(w uint32) string { return fmt.Sprintf("pick-np-local-%d", w) }
 
 var (
 	ipKeyType   = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
@@ -53,6 +48,8 @@ var (
 type layout struct {
 	table *nftables.Table
 	opts  Options
+	// refill is set while base rewrites objects that may already exist.
+	refill bool
 }
 
 func (l *layout) chain(name string) *nftables.Chain {
@@ -73,6 +70,14 @@ func (l *layout) dataMap(name string, key, data nftables.SetDatatype) *nftables.
 	return s
 }
 
+// affinityMap remembers each ClientIP-affinity client's bucket; entries
+// expire after the service's timeout unless refreshed by a new connection.
+func (l *layout) affinityMap() *nftables.Set {
+	m := l.dataMap(setAffinity, nftables.MustConcatSetType(nftables.TypeInteger, nftables.TypeIPAddr), bucketType)
+	m.HasTimeout, m.Dynamic = true, true
+	return m
+}
+
 func (l *layout) intervalSet(name string) *nftables.Set {
 	s := l.set(name, nftables.TypeIPAddr)
 	s.Interval = true
@@ -80,8 +85,12 @@ func (l *layout) intervalSet(name string) *nftables.Set {
 }
 
 // base appends the table and every object that does not depend on services.
-func (l *layout) base(t *txn) {
+// With refill set the objects may exist already: each is emptied after being
+// ensured, except the affinity map, whose clients keep their endpoints.
+func (l *layout) base(t *txn, refill bool) {
 	t.add(op{kind: opAddTable})
+	l.refill = refill
+	defer func() { l.refill = false }()
 	for _, s := range []*nftables.Set{
 		l.dataMap(setServiceIPs, ipKeyType, nftables.TypeVerdict),
 		l.dataMap(setIPTargets, ipKeyType, nftables.TypeInteger),
@@ -93,8 +102,9 @@ func (l *layout) base(t *txn) {
 		l.set(setDropNodePorts, portKeyType),
 		l.set(setHairpin, addrAddr),
 	} {
-		t.add(op{kind: opAddSet, set: s})
+		l.addSet(t, s)
 	}
+	t.add(op{kind: opAddSet, set: l.affinityMap()})
 	l.cidrSets(t)
 	l.baseChains(t)
 	l.serviceRules(t)
@@ -102,22 +112,38 @@ func (l *layout) base(t *txn) {
 	l.endpointCheckRules(t)
 }
 
+// addSet ensures a set exists and, when refilling, empties it.
+func (l *layout) addSet(t *txn, s *nftables.Set) {
+	t.add(op{kind: opAddSet, set: s})
+	if l.refill {
+		t.add(op{kind: opFlushSet, set: s})
+	}
+}
+
+// addChain ensures a chain exists and, when refilling, empties it.
+func (l *layout) addChain(t *txn, c *nftables.Chain) {
+	t.add(op{kind: opAddChain, chain: c})
+	if l.refill {
+		t.add(op{kind: opFlushChain, chain: c})
+	}
+}
+
 func (l *layout) cidrSets(t *txn) {
 	if len(l.opts.ClusterCIDRs) > 0 {
 		s := l.intervalSet(setClusterCIDRs)
-		t.add(op{kind: opAddSet, set: s})
+		l.addSet(t, s)
 		t.addElems(s, prefixElements(l.opts.ClusterCIDRs)...)
 	}
 	if len(l.opts.NodePortCIDRs) > 0 {
 		s := l.intervalSet(setNodePortCIDRs)
-		t.add(op{kind: opAddSet, set: s})
+		l.addSet(t, s)
 		t.addElems(s, prefixElements(l.opts.NodePortCIDRs)...)
 	}
 }
 
 func (l *layout) baseChains(t *txn) {
 	for _, c := range []*nftables.Chain{l.chain(chainServices), l.chain(chainMasquerade), l.chain(chainEPCheck)} {
-		t.add(op{kind: opAddChain, chain: c})
+		l.addChain(t, c)
 	}
 	hooks := []struct {
 		name   string
@@ -135,7 +161,7 @@ func (l *layout) baseChains(t *txn) {
 	}
 	for _, h := range hooks {
 		c := l.baseChain(h.name, h.typ, h.hook, h.prio)
-		t.add(op{kind: opAddChain, chain: c})
+		l.addChain(t, c)
 		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: "jump " + h.target, exprs: []expr.Any{jump(h.target)}}})
 	}
 }
@@ -207,46 +233,19 @@ func (l *layout) endpointCheckRules(t *txn) {
 	}
 }
 
-// addPick appends the chains and map serving every service of total weight w.
-func (l *layout) addPick(t *txn, w uint32) {
+// addEndpointsMap appends the map holding the buckets of every pool of total
+// weight w.
+func (l *layout) addEndpointsMap(t *txn, w uint32) {
 	t.add(op{kind: opAddSet, set: l.dataMap(endpointsMap(w), bucketType, addrPort)})
-	ip := l.chain(pickIPChain(w))
-	t.add(op{kind: opAddChain, chain: ip})
-	if r := l.clusterMasqueradeRule(); r != nil {
-		t.add(op{kind: opAddRule, chain: ip, rule: r})
-	}
-	t.add(op{kind: opAddRule, chain: ip, rule: &rule{
-		text: fmt.Sprintf("dnat to ip daddr . meta l4proto . th dport map @%s . numgen random mod %d map @%s",
-			setIPTargets, w, endpointsMap(w)),
-		exprs: append(append(ipKeyExprs(), mapTo(regKey, setIPTargets, regTarget)), pickAndDNAT(w, endpointsMap(w))...),
-	}})
-	np := l.chain(pickNPChain(w))
-	t.add(op{kind: opAddChain, chain: np})
-	t.add(op{kind: opAddRule, chain: np, rule: &rule{
-		text:  fmt.Sprintf("meta mark set meta mark | %#x", masqueradeMark),
-		exprs: setMarkBit(masqueradeMark, false),
-	}})
-	t.add(op{kind: opAddRule, chain: np, rule: l.nodePortDNAT(w)})
-	npl := l.chain(pickNPLocalChain(w))
-	t.add(op{kind: opAddChain, chain: npl})
-	t.add(op{kind: opAddRule, chain: npl, rule: l.nodePortDNAT(w)})
 }
 
-func (l *layout) nodePortDNAT(w uint32) *rule {
-	return &rule{
-		text: fmt.Sprintf("dnat to meta l4proto . th dport map @%s . numgen random mod %d map @%s",
-			setNPTargets, w, endpointsMap(w)),
-		exprs: append(append(portKeyExprs(), mapTo(regKey, setNPTargets, regTarget)), pickAndDNAT(w, endpointsMap(w))...),
-	}
-}
-
-// delPick removes what addPick created; the caller has already removed every
-// element that refers to it.
-func (l *layout) delPick(t *txn, w uint32) {
-	t.add(op{kind: opDelChain, chain: l.chain(pickIPChain(w))})
-	t.add(op{kind: opDelChain, chain: l.chain(pickNPChain(w))})
-	t.add(op{kind: opDelChain, chain: l.chain(pickNPLocalChain(w))})
+func (l *layout) delEndpointsMap(t *txn, w uint32) {
 	t.add(op{kind: opDelSet, set: l.dataMap(endpointsMap(w), bucketType, addrPort)})
+}
+
+// delPickChain removes a pick chain once no element refers to it.
+func (l *layout) delPickChain(t *txn, spec pickSpec) {
+	t.add(op{kind: opDelChain, chain: l.chain(spec.chain())})
 }
 
 // clusterMasqueradeRule marks cluster-IP traffic for masquerading:

@@ -28,8 +28,12 @@ type serviceState struct {
 	port     uint16
 	nodePort uint16
 	ips      []netip.Addr
-	// internal serves cluster-IP traffic, external serves node ports. They
-	// share a target when they hold the same endpoints.
+	// extIPs are the external and load-balancer IPs, served like node ports.
+	extIPs []netip.Addr
+	// affinity is the ClientIP affinity timeout in seconds, 0 for none.
+	affinity uint32
+	// internal serves cluster-IP traffic, external serves node ports and
+	// external IPs. They share a target when they hold the same endpoints.
 	internal, external pool
 	// externalLocal keeps the client's address on external traffic
 	// (externalTrafficPolicy: Local): no masquerade.
@@ -49,13 +53,13 @@ func newServiceState(svc *plan.Service, target uint32) *serviceState {
 		return nil
 	}
 	st := &serviceState{proto: svc.Key.Protocol, port: svc.Port, nodePort: svc.NodePort, externalLocal: svc.ExternalLocal}
-	for _, ip := range svc.ClusterIPs {
-		if ip.Is4() {
-			st.ips = append(st.ips, ip)
-		}
-	}
-	if len(st.ips) == 0 && st.nodePort == 0 {
+	st.ips = ipv4(svc.ClusterIPs)
+	st.extIPs = ipv4(append(slices.Clone(svc.ExternalIPs), svc.LoadBalancerIPs...))
+	if len(st.ips) == 0 && len(st.extIPs) == 0 && st.nodePort == 0 {
 		return nil
+	}
+	if svc.Affinity != nil {
+		st.affinity = max(svc.Affinity.TimeoutSeconds, 1)
 	}
 	st.internal = pool{target: target, buckets: buckets(svc.Endpoints, svc.InternalLocal)}
 	st.external = pool{target: target, buckets: buckets(svc.Endpoints, svc.ExternalLocal)}
@@ -64,6 +68,16 @@ func newServiceState(svc *plan.Service, target uint32) *serviceState {
 	}
 	st.hasEndpoints = slices.ContainsFunc(svc.Endpoints, func(e plan.Endpoint) bool { return e.Address.Is4() })
 	return st
+}
+
+func ipv4(addrs []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if a.Is4() && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // pools returns the state's distinct pools.
@@ -144,45 +158,56 @@ func sameEntries(a, b *serviceState) bool {
 		return a == b
 	}
 	return a.proto == b.proto && a.port == b.port && a.nodePort == b.nodePort && slices.Equal(a.ips, b.ips) &&
+		slices.Equal(a.extIPs, b.extIPs) && a.affinity == b.affinity &&
 		a.externalLocal == b.externalLocal && a.hasEndpoints == b.hasEndpoints &&
 		a.internal.target == b.internal.target && a.internal.weight() == b.internal.weight() &&
 		a.external.target == b.external.target && a.external.weight() == b.external.weight()
 }
 
+// entrySink receives one entry element; spec is the pick chain a goto
+// element sends packets to, nil for the other elements.
+type entrySink func(set string, e element, spec *pickSpec)
+
 // entryElements returns the elements that send the service's addresses to
 // their pick chains; an empty pool's addresses go to the drop sets when the
 // service has endpoints elsewhere, to the reject sets when it has none.
-func (s *serviceState) entryElements(add func(set string, e element)) {
-	in := s.internal
+func (s *serviceState) entryElements(add entrySink) {
+	ext, extPort := pickExternal, pickNodePort
+	if s.externalLocal {
+		ext, extPort = pickExternalLocal, pickNodePortLocal
+	}
 	for _, ip := range s.ips {
-		key := ipKey(ip, s.proto, s.port)
-		switch {
-		case in.weight() > 0:
-			add(setServiceIPs, gotoElement(key, pickIPChain(in.weight())))
-			add(setIPTargets, targetElement(key, in.target))
-		case s.hasEndpoints:
-			add(setDropIPs, element{Key: key})
-		default:
-			add(setNoEPIPs, element{Key: key})
-		}
+		s.ipEntry(add, ipKey(ip, s.proto, s.port), s.internal, pickCluster)
+	}
+	for _, ip := range s.extIPs {
+		s.ipEntry(add, ipKey(ip, s.proto, s.port), s.external, ext)
 	}
 	if s.nodePort == 0 {
 		return
 	}
-	ex := s.external
 	key := portKey(s.proto, s.nodePort)
 	switch {
-	case ex.weight() > 0:
-		chain := pickNPChain(ex.weight())
-		if s.externalLocal {
-			chain = pickNPLocalChain(ex.weight())
-		}
-		add(setNodePorts, gotoElement(key, chain))
-		add(setNPTargets, targetElement(key, ex.target))
+	case s.external.weight() > 0:
+		spec := pickSpec{kind: extPort, weight: s.external.weight(), affinity: s.affinity}
+		add(setNodePorts, gotoElement(key, spec.chain()), &spec)
+		add(setNPTargets, targetElement(key, s.external.target), nil)
 	case s.hasEndpoints:
-		add(setDropNodePorts, element{Key: key})
+		add(setDropNodePorts, element{Key: key}, nil)
 	default:
-		add(setNoEPNodePorts, element{Key: key})
+		add(setNoEPNodePorts, element{Key: key}, nil)
+	}
+}
+
+func (s *serviceState) ipEntry(add entrySink, key []byte, p pool, kind pickKind) {
+	switch {
+	case p.weight() > 0:
+		spec := pickSpec{kind: kind, weight: p.weight(), affinity: s.affinity}
+		add(setServiceIPs, gotoElement(key, spec.chain()), &spec)
+		add(setIPTargets, targetElement(key, p.target), nil)
+	case s.hasEndpoints:
+		add(setDropIPs, element{Key: key}, nil)
+	default:
+		add(setNoEPIPs, element{Key: key}, nil)
 	}
 }
 

@@ -29,6 +29,8 @@ const (
 	opDelSet
 	opAddElems
 	opDelElems
+	opFlushSet
+	opFlushChain
 )
 
 // op is one step of a transaction. Ops are collected first so the same list
@@ -91,6 +93,10 @@ func (t *txn) String() string {
 			fmt.Fprintf(&b, "add %s %s %s { %s }\n", setWord(o.set), tbl, o.set.Name, setSpec(o.set))
 		case opDelSet:
 			fmt.Fprintf(&b, "delete %s %s %s\n", setWord(o.set), tbl, o.set.Name)
+		case opFlushSet:
+			fmt.Fprintf(&b, "flush %s %s %s\n", setWord(o.set), tbl, o.set.Name)
+		case opFlushChain:
+			fmt.Fprintf(&b, "flush chain %s %s\n", tbl, o.chain.Name)
 		case opAddElems, opDelElems:
 			verb := "add"
 			if o.kind == opDelElems {
@@ -133,6 +139,9 @@ func setSpec(s *nftables.Set) string {
 	if s.Interval {
 		spec += "; flags interval"
 	}
+	if s.Dynamic && s.HasTimeout {
+		spec += "; flags dynamic,timeout"
+	}
 	return spec + ";"
 }
 
@@ -163,6 +172,10 @@ func applyOp(conn *nftables.Conn, table *nftables.Table, o op) error {
 		return conn.AddSet(o.set, nil)
 	case opDelSet:
 		conn.DelSet(o.set)
+	case opFlushSet:
+		conn.FlushSet(o.set)
+	case opFlushChain:
+		conn.FlushChain(o.chain)
 	case opAddElems, opDelElems:
 		return applyElems(conn, o)
 	}
