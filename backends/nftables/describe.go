@@ -14,6 +14,9 @@ import (
 func describe(set string, e element) string {
 	var s string
 	switch {
+	case set == setFirewallAllow:
+		s = fmt.Sprintf("%s . %s . %d . %s-%s", addr4(e.Key), protoText(e.Key[4]), binary.BigEndian.Uint16(e.Key[8:]),
+			addr4(e.Key[12:]), addr4(e.KeyEnd[12:]))
 	case strings.HasPrefix(set, "endpoints-"):
 		s = fmt.Sprintf("%d . %d", binary.BigEndian.Uint32(e.Key), binaryutil.NativeEndian.Uint32(e.Key[4:8]))
 	case len(e.Key) == 12:

@@ -65,6 +65,14 @@ func hairpinElement(a netip.Addr) element {
 	return element{Key: concat(b[:], b[:])}
 }
 
+// allowElement is the firewall-allow range "lb IP . proto . port . range":
+// the key holds the range's first address, KeyEnd its last.
+func allowElement(ip netip.Addr, proto plan.Protocol, port uint16, r netip.Prefix) element {
+	r = r.Masked()
+	first, last := r.Addr().As4(), lastAddr(r).As4()
+	return element{Key: concat(ipKey(ip, proto, port), first[:]), KeyEnd: concat(ipKey(ip, proto, port), last[:])}
+}
+
 // prefixElements encodes CIDRs as interval set elements: each range's first
 // address, then the address after its last one flagged as an interval end.
 func prefixElements(prefixes []netip.Prefix) []element {

@@ -336,3 +336,23 @@ func TestKernelSessionAffinity(t *testing.T) {
 	netns.WantPods(t, "after a periodic full sync", netns.DialMany(t, topo.Client, addr, 10), first)
 	netns.WantPods(t, "the NodePort shares the affinity", netns.DialMany(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30095), 10), first)
 }
+
+func TestKernelLoadBalancerSourceRanges(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	lbIP := netip.MustParseAddr("198.51.100.5")
+	shop := svc("default", "shop", "https", plan.TCP, vip.String(), 443, 0, podEP(podB, 1))
+	shop.LoadBalancerIPs = []netip.Addr{lbIP}
+	shop.SourceRanges = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}
+	p := testPlan(shop)
+	mustSync(t, b, p, nil)
+	lb := netip.AddrPortFrom(lbIP, 443)
+	netns.WantPods(t, "load-balancer IP from an allowed range", netns.DialMany(t, topo.Pods["pod-a"].NS, lb, 3), "pod-b")
+	wantDropped(t, "load-balancer IP from outside the ranges", topo.Client, lb)
+	netns.WantPods(t, "the cluster IP is not limited", netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 443), 3), "pod-b")
+
+	open := shop.Clone()
+	open.SourceRanges = append(open.SourceRanges, netip.MustParsePrefix("172.30.0.0/24"))
+	p.Services[shop.Key] = open
+	mustSync(t, b, p, []plan.Key{shop.Key})
+	netns.WantPods(t, "after allowing the client's range", netns.DialMany(t, topo.Client, lb, 3), "pod-b")
+}

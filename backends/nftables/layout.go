@@ -30,8 +30,11 @@ const (
 	setDropNodePorts = "no-local-endpoint-nodeports" // the same for node ports
 	setClusterCIDRs  = "cluster-cidrs"
 	setNodePortCIDRs = "nodeport-cidrs"
-	setHairpin       = "hairpin"  // endpoint address . same address
-	setAffinity      = "affinity" // target . client address : target . bucket, with timeouts
+	setHairpin       = "hairpin"        // endpoint address . same address
+	setAffinity      = "affinity"       // target . client address : target . bucket, with timeouts
+	setFirewallIPs   = "firewall-ips"   // load-balancer IP . proto . port with source ranges
+	setFirewallAllow = "firewall-allow" // the same . allowed source range (intervals)
+	chainFirewall    = "firewall-check"
 )
 
 func endpointsMap(w uint32) string { return fmt.Sprintf("endpoints-%d", w) }
@@ -42,6 +45,7 @@ var (
 	bucketType  = nftables.MustConcatSetType(nftables.TypeInteger, nftables.TypeInteger)
 	addrPort    = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)
 	addrAddr    = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)
+	allowType   = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeIPAddr)
 )
 
 // layout builds the kernel objects of one table.
@@ -101,6 +105,8 @@ func (l *layout) base(t *txn, refill bool) {
 		l.set(setDropIPs, ipKeyType),
 		l.set(setDropNodePorts, portKeyType),
 		l.set(setHairpin, addrAddr),
+		l.set(setFirewallIPs, ipKeyType),
+		l.firewallAllowSet(),
 	} {
 		l.addSet(t, s)
 	}
@@ -110,6 +116,28 @@ func (l *layout) base(t *txn, refill bool) {
 	l.serviceRules(t)
 	l.masqueradeRules(t)
 	l.endpointCheckRules(t)
+	l.firewallRules(t)
+}
+
+// firewallAllowSet holds, per load-balancer address and port, the source
+// ranges allowed to use it.
+func (l *layout) firewallAllowSet() *nftables.Set {
+	s := l.set(setFirewallAllow, allowType)
+	s.Interval = true
+	return s
+}
+
+// firewallRules drop new connections to a load-balancer IP from sources
+// outside its loadBalancerSourceRanges, before any DNAT.
+func (l *layout) firewallRules(t *txn) {
+	c := l.chain(chainFirewall)
+	exprs := append(append(ctStateNew(), ipKeyExprs()...), lookup(regKey, setFirewallIPs, false),
+		loadSaddr(regKey+3), lookup(regKey, setFirewallAllow, true), drop())
+	t.add(op{kind: opAddRule, chain: c, rule: &rule{
+		text: fmt.Sprintf("ct state new ip daddr . meta l4proto . th dport @%s ip daddr . meta l4proto . th dport . ip saddr != @%s drop",
+			setFirewallIPs, setFirewallAllow),
+		exprs: exprs,
+	}})
 }
 
 // addSet ensures a set exists and, when refilling, empties it.
@@ -142,7 +170,7 @@ func (l *layout) cidrSets(t *txn) {
 }
 
 func (l *layout) baseChains(t *txn) {
-	for _, c := range []*nftables.Chain{l.chain(chainServices), l.chain(chainMasquerade), l.chain(chainEPCheck)} {
+	for _, c := range []*nftables.Chain{l.chain(chainServices), l.chain(chainMasquerade), l.chain(chainEPCheck), l.chain(chainFirewall)} {
 		l.addChain(t, c)
 	}
 	hooks := []struct {
@@ -152,6 +180,7 @@ func (l *layout) baseChains(t *txn) {
 		prio   int32
 		target string
 	}{
+		{"filter-prerouting", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, -110, chainFirewall},
 		{"nat-prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, -100, chainServices},
 		{"nat-output", nftables.ChainTypeNAT, nftables.ChainHookOutput, -100, chainServices},
 		{"nat-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, 100, chainMasquerade},

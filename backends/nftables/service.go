@@ -30,6 +30,10 @@ type serviceState struct {
 	ips      []netip.Addr
 	// extIPs are the external and load-balancer IPs, served like node ports.
 	extIPs []netip.Addr
+	// lbIPs are the load-balancer IPs and ranges the sources allowed to use
+	// them; no ranges means everyone.
+	lbIPs  []netip.Addr
+	ranges []netip.Prefix
 	// affinity is the ClientIP affinity timeout in seconds, 0 for none.
 	affinity uint32
 	// internal serves cluster-IP traffic, external serves node ports and
@@ -55,6 +59,15 @@ func newServiceState(svc *plan.Service, target uint32) *serviceState {
 	st := &serviceState{proto: svc.Key.Protocol, port: svc.Port, nodePort: svc.NodePort, externalLocal: svc.ExternalLocal}
 	st.ips = ipv4(svc.ClusterIPs)
 	st.extIPs = ipv4(append(slices.Clone(svc.ExternalIPs), svc.LoadBalancerIPs...))
+	for _, r := range svc.SourceRanges {
+		if r.Addr().Is4() {
+			st.ranges = append(st.ranges, r)
+		}
+	}
+	if len(svc.SourceRanges) > 0 {
+		// Ranges of the other family only still close the IPv4 addresses.
+		st.lbIPs = ipv4(svc.LoadBalancerIPs)
+	}
 	if len(st.ips) == 0 && len(st.extIPs) == 0 && st.nodePort == 0 {
 		return nil
 	}
@@ -159,6 +172,7 @@ func sameEntries(a, b *serviceState) bool {
 	}
 	return a.proto == b.proto && a.port == b.port && a.nodePort == b.nodePort && slices.Equal(a.ips, b.ips) &&
 		slices.Equal(a.extIPs, b.extIPs) && a.affinity == b.affinity &&
+		slices.Equal(a.lbIPs, b.lbIPs) && slices.Equal(a.ranges, b.ranges) &&
 		a.externalLocal == b.externalLocal && a.hasEndpoints == b.hasEndpoints &&
 		a.internal.target == b.internal.target && a.internal.weight() == b.internal.weight() &&
 		a.external.target == b.external.target && a.external.weight() == b.external.weight()
@@ -181,6 +195,12 @@ func (s *serviceState) entryElements(add entrySink) {
 	}
 	for _, ip := range s.extIPs {
 		s.ipEntry(add, ipKey(ip, s.proto, s.port), s.external, ext)
+	}
+	for _, ip := range s.lbIPs {
+		add(setFirewallIPs, element{Key: ipKey(ip, s.proto, s.port)}, nil)
+		for _, r := range s.ranges {
+			add(setFirewallAllow, allowElement(ip, s.proto, s.port, r), nil)
+		}
 	}
 	if s.nodePort == 0 {
 		return
