@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/core/health"
 	"github.com/weirproxy/weir/core/planner"
 	"github.com/weirproxy/weir/core/runner"
 	"github.com/weirproxy/weir/core/source"
@@ -26,7 +28,15 @@ type Options struct {
 	NodeName string
 	// Backend commits plans; nil computes plans only (weir plan).
 	Backend backends.Backend
-	Log     *slog.Logger
+	// HealthChecks, when set, serves the health-check node ports of
+	// externalTrafficPolicy: Local load balancers after every sync.
+	HealthChecks HealthChecks
+	Log          *slog.Logger
+}
+
+// HealthChecks serves load-balancer health checks; *health.Servers is one.
+type HealthChecks interface {
+	Sync(services []health.Service) error
 }
 
 // Proxy owns the desired plan and drives syncs.
@@ -42,6 +52,8 @@ type Proxy struct {
 	// problems remembers each service's last reported bad input, so a
 	// warning is logged when it appears or changes, not on every sync.
 	problems map[string][]planner.Problem
+	// healthChecks holds the health check of every service that has one.
+	healthChecks map[string]health.Service
 	// resync is set after a failed commit: the keys that commit carried are
 	// no longer pending anywhere, so the next sync must be a full one.
 	resync bool
@@ -58,6 +70,8 @@ func New(opts Options) *Proxy {
 		plan:      &plan.Plan{Node: plan.Node{Name: opts.NodeName}, Services: map[plan.Key]*plan.Service{}},
 		byService: map[string][]plan.Key{},
 		problems:  map[string][]planner.Problem{},
+
+		healthChecks: map[string]health.Service{},
 	}
 	p.tracker = tracker.New(func() {
 		if p.trigger != nil {
@@ -100,6 +114,7 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 		return err
 	}
 	p.resync = false
+	p.syncHealthChecks()
 	p.log.Info("Synced rules", "full", full, "services", len(p.plan.Services), "changed", len(changed),
 		"duration", time.Since(start).Round(time.Microsecond))
 	return nil
@@ -176,7 +191,44 @@ func (p *Proxy) replace(name string, services []*plan.Service, changed []plan.Ke
 	} else {
 		p.byService[name] = keys
 	}
+	p.updateHealthCheck(name, services)
 	return changed
+}
+
+// updateHealthCheck records the health check of one service: its port and
+// how many distinct endpoints on this node serve its Local traffic.
+func (p *Proxy) updateHealthCheck(name string, services []*plan.Service) {
+	delete(p.healthChecks, name)
+	var local []netip.Addr
+	for _, s := range services {
+		if s.HealthCheckNodePort == 0 {
+			continue
+		}
+		hc := p.healthChecks[name]
+		hc.Namespace, hc.Name, hc.Port = s.Key.Namespace, s.Key.Name, s.HealthCheckNodePort
+		for _, e := range s.Endpoints {
+			if e.ForLocal && !slices.Contains(local, e.Address) {
+				local = append(local, e.Address)
+			}
+		}
+		hc.LocalEndpoints = len(local)
+		p.healthChecks[name] = hc
+	}
+}
+
+// syncHealthChecks hands the health-check servers the current set; a port
+// that cannot be served is logged and retried on the next sync.
+func (p *Proxy) syncHealthChecks() {
+	if p.opts.HealthChecks == nil {
+		return
+	}
+	list := make([]health.Service, 0, len(p.healthChecks))
+	for _, name := range slices.Sorted(maps.Keys(p.healthChecks)) {
+		list = append(list, p.healthChecks[name])
+	}
+	if err := p.opts.HealthChecks.Sync(list); err != nil {
+		p.log.Warn("Failed to serve health check node ports", "error", err)
+	}
 }
 
 func (p *Proxy) logChange(old, cur *plan.Service) {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/weirproxy/weir/core/health"
 	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/sdk/plan"
 )
@@ -623,5 +624,43 @@ func TestZoneChangeReplansTopology(t *testing.T) {
 	}
 	if got := forCluster(); len(got) != 1 || got[0] != "10.244.1.31" {
 		t.Errorf("in zone z2, cluster traffic goes to %v, want [10.244.1.31]", got)
+	}
+}
+
+// recordingHealth keeps the last set of health checks it was given.
+type recordingHealth struct{ last []health.Service }
+
+func (r *recordingHealth) Sync(s []health.Service) error { r.last = slices.Clone(s); return nil }
+
+// TestHealthChecksFollowLocalEndpoints checks that an externalTrafficPolicy
+// Local load balancer's health check counts this node's endpoints, once
+// across ports, and goes away with the service.
+func TestHealthChecksFollowLocalEndpoints(t *testing.T) {
+	hc := &recordingHealth{}
+	p := proxy.New(proxy.Options{NodeName: "n1", Backend: newFakeBackend(), HealthChecks: hc})
+	h := p.Handler()
+	lb := service("lb", "10.96.0.40", svcPort("http", 80), svcPort("https", 443))
+	lb.Spec.Type = corev1.ServiceTypeLoadBalancer
+	lb.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	lb.Spec.HealthCheckNodePort = 32000
+	lb.Spec.Ports[0].NodePort, lb.Spec.Ports[1].NodePort = 30080, 30443
+	h.OnService(nil, lb)
+	slice := endpointSlice("lb-1", "lb", ports(epPort("http", 8080), epPort("https", 8443)), "10.244.0.41", "10.244.0.42", "10.244.1.43")
+	slice.Endpoints[2].NodeName = new("n2")
+	h.OnEndpointSlice(nil, slice)
+	h.OnSynced()
+	if err := p.Sync(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	want := []health.Service{{Namespace: ns, Name: "lb", Port: 32000, LocalEndpoints: 2}}
+	if !slices.Equal(hc.last, want) {
+		t.Errorf("health checks %v, want %v", hc.last, want)
+	}
+	h.OnService(lb, nil)
+	if err := p.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if len(hc.last) != 0 {
+		t.Errorf("after deleting the service, health checks %v, want none", hc.last)
 	}
 }
