@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/google/nftables"
@@ -37,12 +38,33 @@ type Options struct {
 	ClusterCIDRs []netip.Prefix
 	// MasqueradeAll masquerades all cluster-IP traffic.
 	MasqueradeAll bool
+	// LocalDetector says how pod traffic is recognised; cluster-IP traffic
+	// from anything else is masqueraded. Empty means DetectClusterCIDR.
+	LocalDetector LocalDetector
+	// PodInterfacePrefix is the pod interface name prefix for
+	// DetectInterfaceNamePrefix.
+	PodInterfacePrefix string
 	// NodePortCIDRs limits node ports to local addresses in these ranges;
 	// empty means every local address except loopback.
 	NodePortCIDRs []netip.Prefix
 	// Log receives the backend's messages; slog.Default() when nil.
 	Log *slog.Logger
 }
+
+// LocalDetector says how traffic from pods is recognised.
+type LocalDetector string
+
+// The ways of recognising pod traffic.
+const (
+	// DetectClusterCIDR: sources inside ClusterCIDRs (none when it is empty).
+	DetectClusterCIDR LocalDetector = "ClusterCIDR"
+	// DetectNodeCIDR: sources inside the plan node's PodCIDRs. Until the
+	// node's podCIDRs are known, all cluster-IP traffic is masqueraded.
+	DetectNodeCIDR LocalDetector = "NodeCIDR"
+	// DetectInterfaceNamePrefix: packets arriving on an interface whose name
+	// starts with PodInterfacePrefix.
+	DetectInterfaceNamePrefix LocalDetector = "InterfaceNamePrefix"
+)
 
 // Backend is the nftables backend. It is safe for one caller at a time.
 type Backend struct {
@@ -144,7 +166,31 @@ func (b *Backend) fullTxn(p *plan.Plan) (*txn, *changes) {
 		c.update(k, p.Services[k])
 	}
 	c.write(t, b.layout)
+	b.writePodCIDRs(t, c, p, true)
 	return t, c
+}
+
+// writePodCIDRs keeps the pod-cidrs set equal to the node's IPv4 podCIDRs
+// when pod traffic is recognised by them.
+func (b *Backend) writePodCIDRs(t *txn, c *changes, p *plan.Plan, full bool) {
+	if b.layout.opts.LocalDetector != DetectNodeCIDR {
+		return
+	}
+	var cidrs []netip.Prefix
+	for _, pc := range p.Node.PodCIDRs {
+		if pc.Addr().Is4() {
+			cidrs = append(cidrs, pc.Masked())
+		}
+	}
+	c.podCIDRs = cidrs
+	if !full && slices.Equal(cidrs, c.base.podCIDRs) {
+		return
+	}
+	set := b.layout.intervalSet(setPodCIDRs)
+	if !full {
+		t.add(op{kind: opFlushSet, set: set})
+	}
+	t.addElems(set, prefixElements(cidrs)...)
 }
 
 func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
@@ -171,6 +217,7 @@ func (b *Backend) partialTxn(p *plan.Plan, changed []plan.Key) (*txn, *changes) 
 		}
 	}
 	c.write(t, b.layout)
+	b.writePodCIDRs(t, c, p, false)
 	return t, c
 }
 

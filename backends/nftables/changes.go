@@ -16,6 +16,7 @@ type state struct {
 	chains     map[pickSpec]int   // elements sending packets to each pick chain
 	hairpin    map[netip.Addr]int // services per endpoint address
 	nextTarget uint32
+	podCIDRs   []netip.Prefix // what the pod-cidrs set holds
 }
 
 func newState() *state {
@@ -36,6 +37,7 @@ type changes struct {
 	// prior, in a full sync, is the state being replaced: services keep
 	// their target ids, so affinity entries stay valid.
 	prior    *state
+	podCIDRs []netip.Prefix
 	del, add map[string][]element
 }
 
@@ -225,6 +227,7 @@ func (c *changes) commit() {
 	mergeCounts(s.chains, c.chains)
 	mergeCounts(s.hairpin, c.hairpin)
 	s.nextTarget = c.next
+	s.podCIDRs = c.podCIDRs
 }
 
 func mergeCounts[K comparable](dst, src map[K]int) {

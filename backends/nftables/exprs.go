@@ -109,6 +109,15 @@ func ctStateNew() []expr.Any {
 	}
 }
 
+// iifnameNotPrefix matches packets whose input interface name does not start
+// with prefix (locally generated packets have no input interface).
+func iifnameNotPrefix(prefix string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regScratch},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: regScratch, Data: []byte(prefix)},
+	}
+}
+
 // daddrLocal matches destinations that are addresses of this host.
 func daddrLocal() []expr.Any {
 	return []expr.Any{

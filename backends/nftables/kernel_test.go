@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -355,4 +356,29 @@ func TestKernelLoadBalancerSourceRanges(t *testing.T) {
 	p.Services[shop.Key] = open
 	mustSync(t, b, p, []plan.Key{shop.Key})
 	netns.WantPods(t, "after allowing the client's range", netns.DialMany(t, topo.Client, lb, 3), "pod-b")
+}
+
+func TestKernelLocalDetectors(t *testing.T) {
+	for _, mode := range []LocalDetector{DetectNodeCIDR, DetectInterfaceNamePrefix} {
+		t.Run(string(mode), func(t *testing.T) {
+			topo, _ := newCluster(t, Options{})
+			opts := Options{NetNS: topo.Node.Fd(), LocalDetector: mode,
+				PodInterfacePrefix: strings.TrimRight(topo.Pods["pod-a"].Link, "0123456789")}
+			b, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			p := testPlan(svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podB, 1)))
+			p.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}
+			mustSync(t, b, p, nil)
+			addr := netip.AddrPortFrom(vip, 80)
+			if a := netns.DialMany(t, topo.Client, addr, 1)[0]; a.Source.Addr() != topo.NodeIP {
+				t.Errorf("from the client: pod saw %s, want masqueraded to %s", a.Source, topo.NodeIP)
+			}
+			if a := netns.DialMany(t, topo.Pods["pod-a"].NS, addr, 1)[0]; a.Source.Addr() != podA {
+				t.Errorf("from a pod: pod saw %s, want the pod's own %s", a.Source, podA)
+			}
+		})
+	}
 }

@@ -29,6 +29,7 @@ const (
 	setDropIPs       = "no-local-endpoint-ips"       // endpoints exist, none for this traffic: drop
 	setDropNodePorts = "no-local-endpoint-nodeports" // the same for node ports
 	setClusterCIDRs  = "cluster-cidrs"
+	setPodCIDRs      = "pod-cidrs" // this Node's spec.podCIDRs, for DetectNodeCIDR
 	setNodePortCIDRs = "nodeport-cidrs"
 	setHairpin       = "hairpin"        // endpoint address . same address
 	setAffinity      = "affinity"       // target . client address : target . bucket, with timeouts
@@ -162,6 +163,9 @@ func (l *layout) cidrSets(t *txn) {
 		l.addSet(t, s)
 		t.addElems(s, prefixElements(l.opts.ClusterCIDRs)...)
 	}
+	if l.opts.LocalDetector == DetectNodeCIDR {
+		l.addSet(t, l.intervalSet(setPodCIDRs))
+	}
 	if len(l.opts.NodePortCIDRs) > 0 {
 		s := l.intervalSet(setNodePortCIDRs)
 		l.addSet(t, s)
@@ -278,17 +282,28 @@ func (l *layout) delPickChain(t *txn, spec pickSpec) {
 }
 
 // clusterMasqueradeRule marks cluster-IP traffic for masquerading:
-// everything with masqueradeAll, traffic from outside the cluster CIDRs
-// otherwise, nothing when neither is configured (like kube-proxy without a
-// local-traffic detector).
+// everything with masqueradeAll; otherwise traffic the local detector does
+// not recognise as coming from pods; nothing when there is no detector (like
+// kube-proxy without a local-traffic detector).
 func (l *layout) clusterMasqueradeRule() *rule {
 	mark := setMarkBit(masqueradeMark, false)
+	markText := fmt.Sprintf("meta mark set meta mark | %#x", masqueradeMark)
 	switch {
 	case l.opts.MasqueradeAll:
-		return &rule{text: fmt.Sprintf("meta mark set meta mark | %#x", masqueradeMark), exprs: mark}
+		return &rule{text: markText, exprs: mark}
+	case l.opts.LocalDetector == DetectNodeCIDR:
+		return &rule{
+			text:  fmt.Sprintf("ip saddr != @%s %s", setPodCIDRs, markText),
+			exprs: append([]expr.Any{loadSaddr(regKey), lookup(regKey, setPodCIDRs, true)}, mark...),
+		}
+	case l.opts.LocalDetector == DetectInterfaceNamePrefix:
+		return &rule{
+			text:  fmt.Sprintf("iifname != %q %s", l.opts.PodInterfacePrefix+"*", markText),
+			exprs: append(iifnameNotPrefix(l.opts.PodInterfacePrefix), mark...),
+		}
 	case len(l.opts.ClusterCIDRs) > 0:
 		return &rule{
-			text:  fmt.Sprintf("ip saddr != @%s meta mark set meta mark | %#x", setClusterCIDRs, masqueradeMark),
+			text:  fmt.Sprintf("ip saddr != @%s %s", setClusterCIDRs, markText),
 			exprs: append([]expr.Any{loadSaddr(regKey), lookup(regKey, setClusterCIDRs, true)}, mark...),
 		}
 	}

@@ -88,8 +88,11 @@ func newBackend(env *environment) (closingBackend, error) {
 			Table:         cfg.NFTables.Table,
 			ClusterCIDRs:  cfg.ClusterCIDRs,
 			MasqueradeAll: cfg.MasqueradeAll,
-			NodePortCIDRs: cfg.NodePortAddresses.CIDRs,
-			Log:           env.log,
+			LocalDetector: nftables.LocalDetector(cfg.LocalDetector.Mode),
+			// Named like kube-proxy's --pod-interface-name-prefix.
+			PodInterfacePrefix: cfg.LocalDetector.InterfaceNamePrefix,
+			NodePortCIDRs:      cfg.NodePortAddresses.CIDRs,
+			Log:                env.log,
 		})
 	}
 	return nil, fmt.Errorf("mode %q is not available in this build yet; use nftables", cfg.Mode)

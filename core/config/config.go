@@ -37,6 +37,9 @@ type Config struct {
 	// ClusterCIDRs are the pod network ranges; traffic from outside them to a
 	// cluster IP is masqueraded. Nil when unset.
 	ClusterCIDRs []netip.Prefix
+	// LocalDetector says how traffic from this cluster's pods is recognised,
+	// which decides what cluster-IP traffic is masqueraded.
+	LocalDetector LocalDetectorConfig
 	// MasqueradeAll masquerades (SNATs) all traffic sent to a service IP.
 	MasqueradeAll bool
 	// NodePortAddresses selects the node addresses that accept NodePort traffic.
@@ -89,6 +92,25 @@ type LogConfig struct {
 	Level string
 }
 
+// The local-traffic detection modes.
+const (
+	// LocalDetectClusterCIDR: sources inside clusterCIDRs are pods.
+	LocalDetectClusterCIDR = "ClusterCIDR"
+	// LocalDetectNodeCIDR: sources inside this Node's spec.podCIDRs are pods.
+	LocalDetectNodeCIDR = "NodeCIDR"
+	// LocalDetectInterfaceNamePrefix: packets arriving on an interface whose
+	// name starts with the prefix come from pods.
+	LocalDetectInterfaceNamePrefix = "InterfaceNamePrefix"
+)
+
+// LocalDetectorConfig says how traffic from this cluster's pods is told apart.
+type LocalDetectorConfig struct {
+	// Mode is one of the LocalDetect* constants.
+	Mode string
+	// InterfaceNamePrefix is the pod interface prefix for InterfaceNamePrefix mode.
+	InterfaceNamePrefix string
+}
+
 // NFTablesConfig holds settings used only by the nftables backend.
 type NFTablesConfig struct {
 	// Table is the name of the nftables table Weir creates and owns.
@@ -111,6 +133,7 @@ func Default() *Config {
 		HealthzBindAddress: "0.0.0.0:10256",
 		Log:                LogConfig{Format: "text", Level: "info"},
 		NFTables:           NFTablesConfig{Table: "weir"},
+		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
 	}
 }
 

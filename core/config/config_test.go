@@ -67,6 +67,7 @@ func TestDefault(t *testing.T) {
 		HealthzBindAddress: "0.0.0.0:10256",
 		Log:                LogConfig{Format: "text", Level: "info"},
 		NFTables:           NFTablesConfig{Table: "weir"},
+		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -92,6 +93,8 @@ func TestNames(t *testing.T) {
 		{"source.path", "WEIR_SOURCE_PATH", "source-path"},
 		{"source.kubeconfig", "WEIR_SOURCE_KUBECONFIG", "kubeconfig"},
 		{"clusterCIDRs", "WEIR_CLUSTER_CIDRS", "cluster-cidrs"},
+		{"localDetector.mode", "WEIR_LOCAL_DETECTOR_MODE", "local-detector"},
+		{"localDetector.interfaceNamePrefix", "WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX", "pod-interface-name-prefix"},
 		{"masqueradeAll", "WEIR_MASQUERADE_ALL", "masquerade-all"},
 		{"nodePortAddresses", "WEIR_NODE_PORT_ADDRESSES", "node-port-addresses"},
 		{"syncPeriod", "WEIR_SYNC_PERIOD", "sync-period"},

@@ -26,6 +26,7 @@ const (
 	allowedCIDRs      = "CIDRs such as 10.0.0.0/8 or fd00::/48, as a YAML list or comma-separated"
 	allowedNodePorts  = "the single word primary on its own, or CIDRs such as 192.168.0.0/16 or fd00::/64, as a YAML list or comma-separated"
 	allowedBool       = "true or false"
+	allowedIfPrefix   = "an interface name prefix of 1 to 14 characters without spaces or slashes, such as veth or cali"
 	allowedPositive   = "a duration greater than zero, such as 30s, 1m or 500ms"
 	allowedNonNeg     = "a duration of zero or more, such as 1s, 500ms or 0"
 	allowedHostPort   = "an IP address and port such as 127.0.0.1:10249, [::1]:10249, or :10249 for every address"
@@ -125,6 +126,11 @@ func enumKey(dst func(*Config) *string, values ...string) func(*Config, any) *ba
 }
 
 func nonEmpty(s string) bool { return s != "" }
+
+// isIfPrefix accepts what can start a Linux interface name, or nothing.
+func isIfPrefix(s string) bool {
+	return s == "" || (len(s) <= 14 && !strings.ContainsAny(s, " /\t\n:"))
+}
 
 func anyString(string) bool { return true }
 

@@ -29,6 +29,9 @@ func TestBadValues(t *testing.T) {
 		{input{env: []string{"WEIR_CLUSTER_CIDRS=10.0.0.0/8,10.0.0.0/33"}}, "clusterCIDRs", "10.0.0.0/33", "environment WEIR_CLUSTER_CIDRS", "CIDRs such as"},
 		{input{yaml: "clusterCIDRs: [10.0.0.1]\n"}, "clusterCIDRs", "10.0.0.1", "file", "CIDRs such as"},
 		{input{yaml: "clusterCIDRs: {a: 1}\n"}, "clusterCIDRs", "{a: 1}", "file", "CIDRs such as"},
+		{input{args: []string{"--local-detector=PodCIDR"}}, "localDetector.mode", "PodCIDR", "flag --local-detector", "one of ClusterCIDR, NodeCIDR, InterfaceNamePrefix"},
+		{input{yaml: "localDetector: {mode: InterfaceNamePrefix}\n"}, "localDetector.interfaceNamePrefix", "", "default", "localDetector.mode is InterfaceNamePrefix"},
+		{input{env: []string{"WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX=a/b"}}, "localDetector.interfaceNamePrefix", "a/b", "environment WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX", "interface name prefix"},
 		{input{env: []string{"WEIR_MASQUERADE_ALL=maybe"}}, "masqueradeAll", "maybe", "environment WEIR_MASQUERADE_ALL", "true or false"},
 		{input{args: []string{"--masquerade-all=yes"}}, "masqueradeAll", "yes", "flag --masquerade-all", "true or false"},
 		{input{yaml: "nodePortAddresses: [primary, 10.0.0.0/8]\n"}, "nodePortAddresses", "[primary, 10.0.0.0/8]", "file", "single word primary"},
@@ -99,7 +102,7 @@ func TestUnknownKeys(t *testing.T) {
 			`config: unknown key "log.colour" in file FILE; known keys: format, level`},
 		{"dotted key in YAML",
 			input{yaml: "source.kind: files\n"},
-			`config: unknown key "source.kind" in file FILE; known keys: mode, nodeName, source, clusterCIDRs, masqueradeAll, nodePortAddresses, syncPeriod, minSyncPeriod, metricsBindAddress, healthzBindAddress, log, nftables, plugins`},
+			`config: unknown key "source.kind" in file FILE; known keys: mode, nodeName, source, clusterCIDRs, localDetector, masqueradeAll, nodePortAddresses, syncPeriod, minSyncPeriod, metricsBindAddress, healthzBindAddress, log, nftables, plugins`},
 		{"leaf used as a section",
 			input{yaml: "nftables:\n  table: weir\n  chain: x\n"},
 			`config: unknown key "nftables.chain" in file FILE; known keys: table`},
@@ -108,7 +111,7 @@ func TestUnknownKeys(t *testing.T) {
 			`config: unknown environment variable WEIR_SYNCPERIOD; did you mean "WEIR_SYNC_PERIOD"?`},
 		{"plugins have no variable",
 			input{env: []string{"WEIR_PLUGINS=a"}},
-			`config: unknown environment variable WEIR_PLUGINS; known variables: WEIR_CONFIG, WEIR_MODE, WEIR_NODE_NAME, WEIR_SOURCE_KIND, WEIR_SOURCE_PATH, WEIR_SOURCE_KUBECONFIG, WEIR_CLUSTER_CIDRS, WEIR_MASQUERADE_ALL, WEIR_NODE_PORT_ADDRESSES, WEIR_SYNC_PERIOD, WEIR_MIN_SYNC_PERIOD, WEIR_METRICS_BIND_ADDRESS, WEIR_HEALTHZ_BIND_ADDRESS, WEIR_LOG_FORMAT, WEIR_LOG_LEVEL, WEIR_NFTABLES_TABLE`},
+			`config: unknown environment variable WEIR_PLUGINS; known variables: WEIR_CONFIG, WEIR_MODE, WEIR_NODE_NAME, WEIR_SOURCE_KIND, WEIR_SOURCE_PATH, WEIR_SOURCE_KUBECONFIG, WEIR_CLUSTER_CIDRS, WEIR_LOCAL_DETECTOR_MODE, WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX, WEIR_MASQUERADE_ALL, WEIR_NODE_PORT_ADDRESSES, WEIR_SYNC_PERIOD, WEIR_MIN_SYNC_PERIOD, WEIR_METRICS_BIND_ADDRESS, WEIR_HEALTHZ_BIND_ADDRESS, WEIR_LOG_FORMAT, WEIR_LOG_LEVEL, WEIR_NFTABLES_TABLE`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -100,13 +100,19 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	start := time.Now()
 	full = full || p.resync
 	p.log.Info("Syncing rules", "full", full)
+	node := p.plan.Node
 	changed := p.update(full)
-	if p.opts.Backend == nil || (!full && len(changed) == 0) {
+	// A node change alone (podCIDRs, addresses) still reaches the backend,
+	// with no changed services.
+	nodeChanged := !slices.Equal(node.PodCIDRs, p.plan.Node.PodCIDRs) || !slices.Equal(node.Addresses, p.plan.Node.Addresses)
+	if p.opts.Backend == nil || (!full && len(changed) == 0 && !nodeChanged) {
 		return nil
 	}
 	keys := changed
 	if full {
 		keys = nil
+	} else if keys == nil {
+		keys = []plan.Key{} // partial, not full: nothing but the node changed
 	}
 	if err := p.opts.Backend.Sync(ctx, p.plan, keys); err != nil {
 		p.resync = true

@@ -664,3 +664,31 @@ func TestHealthChecksFollowLocalEndpoints(t *testing.T) {
 		t.Errorf("after deleting the service, health checks %v, want none", hc.last)
 	}
 }
+
+// TestNodeOnlyChangeReachesBackend changes only the node's podCIDRs: the
+// backend is called with no changed services and the new node.
+func TestNodeOnlyChangeReachesBackend(t *testing.T) {
+	p, be, _ := newProxy(t)
+	h := p.Handler()
+	n := node("n1")
+	h.OnNode(nil, n)
+	h.OnSynced()
+	if err := p.Sync(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	calls := be.count()
+	withCIDR := n.DeepCopy()
+	withCIDR.Spec.PodCIDRs = []string{"10.244.3.0/24"}
+	h.OnNode(n, withCIDR)
+	if err := p.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if be.count() != calls+1 {
+		t.Fatalf("backend called %d times after the podCIDR change, want once", be.count()-calls)
+	}
+	last := be.last(t)
+	if last.full() || len(last.changed) != 0 || len(last.plan.Node.PodCIDRs) != 1 {
+		t.Errorf("got changed=%v (full %v) node %v; want a partial sync with no services and the new podCIDR",
+			last.changed, last.full(), last.plan.Node)
+	}
+}
