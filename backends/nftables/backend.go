@@ -47,6 +47,10 @@ type Options struct {
 	// NodePortCIDRs limits node ports to local addresses in these ranges;
 	// empty means every local address except loopback.
 	NodePortCIDRs []netip.Prefix
+	// LocalhostNodePorts also accepts node ports on 127.0.0.0/8 (when
+	// NodePortCIDRs is empty): the first sync sets route_localnet, and
+	// packets to loopback addresses from elsewhere are dropped.
+	LocalhostNodePorts bool
 	// Log receives the backend's messages; slog.Default() when nil.
 	Log *slog.Logger
 }
@@ -131,6 +135,11 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 }
 
 func (b *Backend) fullSync(p *plan.Plan) error {
+	if !b.synced && b.layout.opts.LocalhostNodePorts {
+		if err := setSysctl(b.layout.opts.NetNS, "net/ipv4/conf/all/route_localnet", "1"); err != nil {
+			b.log.Warn("Cannot enable route_localnet; NodePorts on 127.0.0.1 will not work", "error", err)
+		}
+	}
 	t, c := b.fullTxn(p)
 	if err := b.commit(t); err != nil {
 		return err

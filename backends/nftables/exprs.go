@@ -127,12 +127,20 @@ func daddrLocal() []expr.Any {
 }
 
 // daddrNotLoopback matches destinations outside 127.0.0.0/8.
-func daddrNotLoopback() []expr.Any {
+func daddrNotLoopback() []expr.Any { return addrInLoopback(loadDaddr(regScratch), false) }
+
+// addrInLoopback matches when the address load puts in regScratch is (in)
+// or is not (!in) inside 127.0.0.0/8.
+func addrInLoopback(load expr.Any, in bool) []expr.Any {
+	op := expr.CmpOpNeq
+	if in {
+		op = expr.CmpOpEq
+	}
 	return []expr.Any{
-		loadDaddr(regScratch),
+		load,
 		&expr.Bitwise{SourceRegister: regScratch, DestRegister: regScratch, Len: 4,
 			Mask: []byte{255, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: regScratch, Data: []byte{127, 0, 0, 0}},
+		&expr.Cmp{Op: op, Register: regScratch, Data: []byte{127, 0, 0, 0}},
 	}
 }
 

@@ -382,3 +382,19 @@ func TestKernelLocalDetectors(t *testing.T) {
 		})
 	}
 }
+
+func TestKernelLocalhostNodePort(t *testing.T) {
+	topo, _ := newCluster(t, Options{})
+	b, err := New(Options{NetNS: topo.Node.Fd(), LocalhostNodePorts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080, podEP(podA, 1), podEP(podB, 1))
+	mustSync(t, b, testPlan(web), nil)
+	answers := netns.DialMany(t, topo.Node, netip.MustParseAddrPort("127.0.0.1:30080"), 20)
+	netns.WantPods(t, "NodePort on 127.0.0.1 from the node", answers, "pod-a", "pod-b")
+	if src := answers[0].Source.Addr(); src.IsLoopback() {
+		t.Errorf("pod saw the loopback source %s; want it masqueraded", src)
+	}
+}

@@ -129,9 +129,17 @@ func (l *layout) firewallAllowSet() *nftables.Set {
 }
 
 // firewallRules drop new connections to a load-balancer IP from sources
-// outside its loadBalancerSourceRanges, before any DNAT.
+// outside its loadBalancerSourceRanges, before any DNAT; with localhost node
+// ports, also packets to 127.0.0.0/8 from anywhere but loopback, which
+// route_localnet would otherwise let in.
 func (l *layout) firewallRules(t *txn) {
 	c := l.chain(chainFirewall)
+	if l.opts.LocalhostNodePorts {
+		t.add(op{kind: opAddRule, chain: c, rule: &rule{
+			text:  "ct state new ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 drop",
+			exprs: append(append(append(ctStateNew(), addrInLoopback(loadDaddr(regScratch), true)...), addrInLoopback(loadSaddr(regScratch), false)...), drop()),
+		}})
+	}
 	exprs := append(append(ctStateNew(), ipKeyExprs()...), lookup(regKey, setFirewallIPs, false),
 		loadSaddr(regKey+3), lookup(regKey, setFirewallAllow, true), drop())
 	t.add(op{kind: opAddRule, chain: c, rule: &rule{
@@ -205,8 +213,10 @@ func (l *layout) serviceRules(t *txn) {
 		text:  "ip daddr . meta l4proto . th dport vmap @" + setServiceIPs,
 		exprs: append(ipKeyExprs(), mapTo(regKey, setServiceIPs, regVerdict)),
 	}})
-	exprs := append(daddrLocal(), daddrNotLoopback()...)
-	text := "fib daddr type local ip daddr != 127.0.0.0/8 "
+	exprs, text := daddrLocal(), "fib daddr type local "
+	if !l.opts.LocalhostNodePorts || len(l.opts.NodePortCIDRs) > 0 {
+		exprs, text = append(exprs, daddrNotLoopback()...), text+"ip daddr != 127.0.0.0/8 "
+	}
 	if len(l.opts.NodePortCIDRs) > 0 {
 		exprs = append(exprs, loadDaddr(regKey), lookup(regKey, setNodePortCIDRs, false))
 		text += "ip daddr @" + setNodePortCIDRs + " "

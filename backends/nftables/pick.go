@@ -63,6 +63,13 @@ func (l *layout) addPickChain(t *txn, spec pickSpec) {
 	if r := l.masqueradeRule(spec.kind); r != nil {
 		t.add(op{kind: opAddRule, chain: c, rule: r})
 	}
+	if spec.kind == pickNodePortLocal && l.opts.LocalhostNodePorts {
+		// A reply cannot go back to 127.0.0.1 from a pod: masquerade localhost.
+		t.add(op{kind: opAddRule, chain: c, rule: &rule{
+			text:  fmt.Sprintf("ip saddr 127.0.0.0/8 meta mark set meta mark | %#x", masqueradeMark),
+			exprs: append(addrInLoopback(loadSaddr(regScratch), true), setMarkBit(masqueradeMark, false)...),
+		}})
+	}
 	if spec.affinity > 0 {
 		t.add(op{kind: opAddRule, chain: c, rule: stickyHitRule(spec)})
 		t.add(op{kind: opAddRule, chain: c, rule: stickyNewRule(spec)})

@@ -92,6 +92,7 @@ func newBackend(env *environment) (closingBackend, error) {
 			// Named like kube-proxy's --pod-interface-name-prefix.
 			PodInterfacePrefix: cfg.LocalDetector.InterfaceNamePrefix,
 			NodePortCIDRs:      cfg.NodePortAddresses.CIDRs,
+			LocalhostNodePorts: cfg.LocalhostNodePorts,
 			Log:                env.log,
 		})
 	}

@@ -42,6 +42,9 @@ type Config struct {
 	LocalDetector LocalDetectorConfig
 	// MasqueradeAll masquerades (SNATs) all traffic sent to a service IP.
 	MasqueradeAll bool
+	// LocalhostNodePorts accepts NodePort connections to 127.0.0.1 (IPv4),
+	// which needs net.ipv4.conf.all.route_localnet=1.
+	LocalhostNodePorts bool
 	// NodePortAddresses selects the node addresses that accept NodePort traffic.
 	NodePortAddresses NodePortAddresses
 	// SyncPeriod is the longest time between two full syncs of kernel state.
@@ -134,6 +137,7 @@ func Default() *Config {
 		Log:                LogConfig{Format: "text", Level: "info"},
 		NFTables:           NFTablesConfig{Table: "weir"},
 		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
+		LocalhostNodePorts: true,
 	}
 }
 

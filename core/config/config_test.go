@@ -68,6 +68,7 @@ func TestDefault(t *testing.T) {
 		Log:                LogConfig{Format: "text", Level: "info"},
 		NFTables:           NFTablesConfig{Table: "weir"},
 		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
+		LocalhostNodePorts: true,
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -96,6 +97,7 @@ func TestNames(t *testing.T) {
 		{"localDetector.mode", "WEIR_LOCAL_DETECTOR_MODE", "local-detector"},
 		{"localDetector.interfaceNamePrefix", "WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX", "pod-interface-name-prefix"},
 		{"masqueradeAll", "WEIR_MASQUERADE_ALL", "masquerade-all"},
+		{"localhostNodePorts", "WEIR_LOCALHOST_NODE_PORTS", "localhost-node-ports"},
 		{"nodePortAddresses", "WEIR_NODE_PORT_ADDRESSES", "node-port-addresses"},
 		{"syncPeriod", "WEIR_SYNC_PERIOD", "sync-period"},
 		{"minSyncPeriod", "WEIR_MIN_SYNC_PERIOD", "min-sync-period"},
