@@ -47,6 +47,9 @@ type Options struct {
 	// NodePortCIDRs limits node ports to local addresses in these ranges;
 	// empty means every local address except loopback.
 	NodePortCIDRs []netip.Prefix
+	// NodePortPrimary limits node ports to the plan node's addresses (the
+	// Node object's InternalIP and ExternalIP), following its changes.
+	NodePortPrimary bool
 	// LocalhostNodePorts also accepts node ports on 127.0.0.0/8 (when
 	// NodePortCIDRs is empty): the first sync sets route_localnet, and
 	// packets to loopback addresses from elsewhere are dropped.
@@ -175,31 +178,52 @@ func (b *Backend) fullTxn(p *plan.Plan) (*txn, *changes) {
 		c.update(k, p.Services[k])
 	}
 	c.write(t, b.layout)
-	b.writePodCIDRs(t, c, p, true)
+	b.writeNodeSets(t, c, p, true)
 	return t, c
 }
 
-// writePodCIDRs keeps the pod-cidrs set equal to the node's IPv4 podCIDRs
-// when pod traffic is recognised by them.
-func (b *Backend) writePodCIDRs(t *txn, c *changes, p *plan.Plan, full bool) {
-	if b.layout.opts.LocalDetector != DetectNodeCIDR {
-		return
+// writeNodeSets keeps the sets that follow the Node object up to date: its
+// IPv4 podCIDRs (local detection by NodeCIDR) and its IPv4 addresses
+// (nodePortAddresses primary).
+func (b *Backend) writeNodeSets(t *txn, c *changes, p *plan.Plan, full bool) {
+	opts := b.layout.opts
+	if opts.LocalDetector == DetectNodeCIDR {
+		c.podCIDRs = v4Prefixes(p.Node.PodCIDRs)
+		b.refillSet(t, setPodCIDRs, c.podCIDRs, c.base.podCIDRs, full)
 	}
-	var cidrs []netip.Prefix
-	for _, pc := range p.Node.PodCIDRs {
-		if pc.Addr().Is4() {
-			cidrs = append(cidrs, pc.Masked())
+	if opts.NodePortPrimary {
+		var hosts []netip.Prefix
+		for _, a := range p.Node.Addresses {
+			if a.Is4() {
+				hosts = append(hosts, netip.PrefixFrom(a, 32))
+			}
 		}
+		c.nodeAddrs = hosts
+		b.refillSet(t, setNodePortCIDRs, hosts, c.base.nodeAddrs, full)
 	}
-	c.podCIDRs = cidrs
-	if !full && slices.Equal(cidrs, c.base.podCIDRs) {
+}
+
+// refillSet replaces an interval set's contents when they changed (always
+// in a full sync, where base has just created or emptied the set).
+func (b *Backend) refillSet(t *txn, name string, cur, old []netip.Prefix, full bool) {
+	if !full && slices.Equal(cur, old) {
 		return
 	}
-	set := b.layout.intervalSet(setPodCIDRs)
+	set := b.layout.intervalSet(name)
 	if !full {
 		t.add(op{kind: opFlushSet, set: set})
 	}
-	t.addElems(set, prefixElements(cidrs)...)
+	t.addElems(set, prefixElements(cur)...)
+}
+
+func v4Prefixes(in []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range in {
+		if p.Addr().Is4() {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
 }
 
 func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
@@ -226,7 +250,7 @@ func (b *Backend) partialTxn(p *plan.Plan, changed []plan.Key) (*txn, *changes) 
 		}
 	}
 	c.write(t, b.layout)
-	b.writePodCIDRs(t, c, p, false)
+	b.writeNodeSets(t, c, p, false)
 	return t, c
 }
 

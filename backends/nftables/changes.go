@@ -17,6 +17,7 @@ type state struct {
 	hairpin    map[netip.Addr]int // services per endpoint address
 	nextTarget uint32
 	podCIDRs   []netip.Prefix // what the pod-cidrs set holds
+	nodeAddrs  []netip.Prefix // what the nodeport-cidrs set holds with NodePortPrimary
 }
 
 func newState() *state {
@@ -36,9 +37,10 @@ type changes struct {
 	next     uint32
 	// prior, in a full sync, is the state being replaced: services keep
 	// their target ids, so affinity entries stay valid.
-	prior    *state
-	podCIDRs []netip.Prefix
-	del, add map[string][]element
+	prior     *state
+	podCIDRs  []netip.Prefix
+	nodeAddrs []netip.Prefix
+	del, add  map[string][]element
 }
 
 func newChanges(base *state) *changes {
@@ -228,6 +230,7 @@ func (c *changes) commit() {
 	mergeCounts(s.hairpin, c.hairpin)
 	s.nextTarget = c.next
 	s.podCIDRs = c.podCIDRs
+	s.nodeAddrs = c.nodeAddrs
 }
 
 func mergeCounts[K comparable](dst, src map[K]int) {

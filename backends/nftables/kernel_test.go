@@ -398,3 +398,23 @@ func TestKernelLocalhostNodePort(t *testing.T) {
 		t.Errorf("pod saw the loopback source %s; want it masqueraded", src)
 	}
 }
+
+func TestKernelNodePortPrimaryAddresses(t *testing.T) {
+	topo, _ := newCluster(t, Options{})
+	b, err := New(Options{NetNS: topo.Node.Fd(), NodePortPrimary: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p := testPlan(svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080, podEP(podA, 1)))
+	mustSync(t, b, p, nil)
+	addr := netip.AddrPortFrom(topo.NodeIP, 30080)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if a, err := topo.Client.DialTCP(ctx, addr); err == nil {
+		t.Errorf("before the node lists %s: %s answered; want no NodePort on an address the Node does not list", topo.NodeIP, a.Pod)
+	}
+	p.Node.Addresses = []netip.Addr{topo.NodeIP}
+	mustSync(t, b, p, []plan.Key{})
+	netns.WantPods(t, "NodePort on the node's primary address", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
+}

@@ -174,7 +174,9 @@ func (l *layout) cidrSets(t *txn) {
 	if l.opts.LocalDetector == DetectNodeCIDR {
 		l.addSet(t, l.intervalSet(setPodCIDRs))
 	}
-	if len(l.opts.NodePortCIDRs) > 0 {
+	if l.opts.NodePortPrimary {
+		l.addSet(t, l.intervalSet(setNodePortCIDRs)) // filled from the node's addresses
+	} else if len(l.opts.NodePortCIDRs) > 0 {
 		s := l.intervalSet(setNodePortCIDRs)
 		l.addSet(t, s)
 		t.addElems(s, prefixElements(l.opts.NodePortCIDRs)...)
@@ -214,10 +216,11 @@ func (l *layout) serviceRules(t *txn) {
 		exprs: append(ipKeyExprs(), mapTo(regKey, setServiceIPs, regVerdict)),
 	}})
 	exprs, text := daddrLocal(), "fib daddr type local "
-	if !l.opts.LocalhostNodePorts || len(l.opts.NodePortCIDRs) > 0 {
+	restricted := len(l.opts.NodePortCIDRs) > 0 || l.opts.NodePortPrimary
+	if !l.opts.LocalhostNodePorts || restricted {
 		exprs, text = append(exprs, daddrNotLoopback()...), text+"ip daddr != 127.0.0.0/8 "
 	}
-	if len(l.opts.NodePortCIDRs) > 0 {
+	if restricted {
 		exprs = append(exprs, loadDaddr(regKey), lookup(regKey, setNodePortCIDRs, false))
 		text += "ip daddr @" + setNodePortCIDRs + " "
 	}

@@ -79,9 +79,6 @@ type closingBackend interface {
 
 func newBackend(env *environment) (closingBackend, error) {
 	cfg := env.cfg
-	if cfg.NodePortAddresses.Primary {
-		env.log.Warn("nodePortAddresses: primary is not implemented yet; serving NodePorts on every local address")
-	}
 	switch cfg.Mode {
 	case "nftables":
 		return nftables.New(nftables.Options{
@@ -92,6 +89,7 @@ func newBackend(env *environment) (closingBackend, error) {
 			// Named like kube-proxy's --pod-interface-name-prefix.
 			PodInterfacePrefix: cfg.LocalDetector.InterfaceNamePrefix,
 			NodePortCIDRs:      cfg.NodePortAddresses.CIDRs,
+			NodePortPrimary:    cfg.NodePortAddresses.Primary,
 			LocalhostNodePorts: cfg.LocalhostNodePorts,
 			Log:                env.log,
 		})
