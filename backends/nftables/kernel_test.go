@@ -418,3 +418,14 @@ func TestKernelNodePortPrimaryAddresses(t *testing.T) {
 	mustSync(t, b, p, []plan.Key{})
 	netns.WantPods(t, "NodePort on the node's primary address", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
 }
+
+// TestKernelSCTPRulesAccepted programs an SCTP service. This kernel has no
+// SCTP sockets, so no SCTP traffic is sent; the kernel must still accept the
+// service's elements and keep TCP services working beside it.
+func TestKernelSCTPRulesAccepted(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	sig := svc("default", "sig", "sctp", plan.SCTP, vip.String(), 3868, 30868, podEP(podA, 1))
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podB, 1))
+	mustSync(t, b, testPlan(sig, web), nil)
+	netns.WantPods(t, "TCP beside SCTP on one cluster IP", netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), 3), "pod-b")
+}
