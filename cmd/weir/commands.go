@@ -15,6 +15,7 @@ import (
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/backends/nftables"
 	"github.com/weirproxy/weir/core/config"
+	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/core/health"
 	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/core/runner"
@@ -116,7 +117,12 @@ func runDaemon(env *environment) error {
 	defer cancel()
 	hc := health.NewServers(health.Options{Log: env.log})
 	defer hc.Close()
-	p := proxy.New(proxy.Options{NodeName: env.cfg.NodeName, Backend: be, HealthChecks: hc, Log: env.log})
+	ct, err := conntrack.New(0, env.log)
+	if err != nil {
+		return fmt.Errorf("conntrack: %w", err)
+	}
+	defer ct.Close()
+	p := proxy.New(proxy.Options{NodeName: env.cfg.NodeName, Backend: be, HealthChecks: hc, Conntrack: ct, Log: env.log})
 	env.log.Info("Starting Weir", "version", version, "mode", env.cfg.Mode, "node", env.cfg.NodeName,
 		"source", env.cfg.Source.Kind, "path", env.cfg.Source.Path)
 	err = p.Run(ctx, src, runner.Options{MinInterval: env.cfg.MinSyncPeriod, MaxInterval: env.cfg.SyncPeriod})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/core/health"
 	"github.com/weirproxy/weir/core/planner"
 	"github.com/weirproxy/weir/core/runner"
@@ -31,7 +32,14 @@ type Options struct {
 	// HealthChecks, when set, serves the health-check node ports of
 	// externalTrafficPolicy: Local load balancers after every sync.
 	HealthChecks HealthChecks
-	Log          *slog.Logger
+	// Conntrack, when set, clears the flows a committed change made stale.
+	Conntrack Conntrack
+	Log       *slog.Logger
+}
+
+// Conntrack deletes stale UDP/SCTP flows; *conntrack.Cleaner is one.
+type Conntrack interface {
+	Clear(ctx context.Context, flows []conntrack.Flow) (int, error)
 }
 
 // HealthChecks serves load-balancer health checks; *health.Servers is one.
@@ -54,6 +62,8 @@ type Proxy struct {
 	problems map[string][]planner.Problem
 	// healthChecks holds the health check of every service that has one.
 	healthChecks map[string]health.Service
+	// stale collects, during one sync, the flows its changes make stale.
+	stale []conntrack.Flow
 	// resync is set after a failed commit: the keys that commit carried are
 	// no longer pending anywhere, so the next sync must be a full one.
 	resync bool
@@ -101,6 +111,7 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	full = full || p.resync
 	p.log.Info("Syncing rules", "full", full)
 	node := p.plan.Node
+	p.stale = p.stale[:0]
 	changed := p.update(full)
 	// A node change alone (podCIDRs, addresses) still reaches the backend,
 	// with no changed services.
@@ -120,6 +131,7 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 		return err
 	}
 	p.resync = false
+	p.clearStaleFlows(ctx)
 	p.syncHealthChecks()
 	p.log.Info("Synced rules", "full", full, "services", len(p.plan.Services), "changed", len(changed),
 		"duration", time.Since(start).Round(time.Microsecond))
@@ -177,6 +189,7 @@ func (p *Proxy) replace(name string, services []*plan.Service, changed []plan.Ke
 		if old.Equal(s) {
 			continue
 		}
+		p.stale = append(p.stale, conntrack.StaleFlows(old, s)...)
 		if logEach {
 			p.logChange(old, s)
 		}
@@ -188,6 +201,7 @@ func (p *Proxy) replace(name string, services []*plan.Service, changed []plan.Ke
 			if logEach {
 				p.log.Info("Removing service", "service", k.String())
 			}
+			p.stale = append(p.stale, conntrack.StaleFlows(p.plan.Services[k], nil)...)
 			delete(p.plan.Services, k)
 			changed = append(changed, k)
 		}
@@ -219,6 +233,22 @@ func (p *Proxy) updateHealthCheck(name string, services []*plan.Service) {
 		}
 		hc.LocalEndpoints = len(local)
 		p.healthChecks[name] = hc
+	}
+}
+
+// clearStaleFlows deletes the conntrack entries the committed changes left
+// pointing at removed endpoints (or at nothing), so UDP clients that keep
+// their source port are not black-holed until the entries time out.
+func (p *Proxy) clearStaleFlows(ctx context.Context) {
+	if p.opts.Conntrack == nil || len(p.stale) == 0 {
+		return
+	}
+	n, err := p.opts.Conntrack.Clear(ctx, p.stale)
+	if err != nil {
+		p.log.Warn("Failed to clear stale conntrack entries", "error", err)
+	}
+	if n > 0 {
+		p.log.Info("Cleared stale conntrack entries", "entries", n, "flows", len(p.stale))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/core/health"
 	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/sdk/plan"
@@ -690,5 +692,40 @@ func TestNodeOnlyChangeReachesBackend(t *testing.T) {
 	if last.full() || len(last.changed) != 0 || len(last.plan.Node.PodCIDRs) != 1 {
 		t.Errorf("got changed=%v (full %v) node %v; want a partial sync with no services and the new podCIDR",
 			last.changed, last.full(), last.plan.Node)
+	}
+}
+
+// recordingConntrack keeps the flows it was asked to clear.
+type recordingConntrack struct{ flows []conntrack.Flow }
+
+func (r *recordingConntrack) Clear(_ context.Context, f []conntrack.Flow) (int, error) {
+	r.flows = append(r.flows, f...)
+	return len(f), nil
+}
+
+// TestStaleUDPFlowsClearedAfterCommit removes an endpoint of a UDP service:
+// after the commit, the flows DNATed to it are cleared.
+func TestStaleUDPFlowsClearedAfterCommit(t *testing.T) {
+	ct := &recordingConntrack{}
+	p := proxy.New(proxy.Options{NodeName: "n1", Backend: newFakeBackend(), Conntrack: ct})
+	h := p.Handler()
+	dnsPort := corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}
+	h.OnService(nil, service("dns", "10.96.0.53", dnsPort))
+	udp := corev1.ProtocolUDP
+	slice := endpointSlice("dns-1", "dns", ports(discoveryv1.EndpointPort{Name: new("dns"), Port: new(int32(53)), Protocol: &udp}),
+		"10.244.0.53", "10.244.1.53")
+	h.OnEndpointSlice(nil, slice)
+	h.OnSynced()
+	if err := p.Sync(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	ct.flows = nil
+	h.OnEndpointSlice(slice, withAddrs(slice, "10.244.0.53"))
+	if err := p.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	want := conntrack.Flow{Protocol: plan.UDP, Dest: netip.MustParseAddrPort("10.96.0.53:53"), Endpoint: netip.MustParseAddr("10.244.1.53")}
+	if !slices.Contains(ct.flows, want) {
+		t.Errorf("cleared %v, want it to include %v", ct.flows, want)
 	}
 }
