@@ -13,29 +13,19 @@ import (
 // range holds 2768 ports).
 const maxNodePorts = 2700
 
-// Manifest returns service i's manifest: a Service in namespace "bench"
-// (every fourth a NodePort) and its EndpointSlice with eps endpoints (at most
-// 16). A non-zero version moves the first endpoint to another address, so
-// writing successive versions makes one-endpoint changes.
+// Manifest returns service i's manifest: a Service in namespace "bench" and
+// its EndpointSlice with eps endpoints (at most 16) on nodes node-0..2 (the
+// benchmarks run as node-0). Services mix the types an operator runs: of
+// every ten, five are ClusterIP (one with ClientIP affinity), three NodePort
+// and two LoadBalancer with an ingress IP and source ranges, one of them
+// with externalTrafficPolicy Local. Node ports run out after 2700; later
+// NodePort services become ClusterIP and later load balancers get none. A non-zero version moves the first endpoint to
+// another address, so successive versions are one-endpoint changes.
 func Manifest(i, eps, version int) []byte {
 	var b strings.Builder
-	typ, nodePort := "ClusterIP", ""
-	if i%4 == 0 && i/4 < maxNodePorts {
-		typ, nodePort = "NodePort", fmt.Sprintf("\n    nodePort: %d", 30000+i/4)
-	}
-	fmt.Fprintf(&b, `apiVersion: v1
-kind: Service
-metadata:
-  name: svc-%d
-  namespace: bench
-spec:
-  type: %s
-  clusterIP: 10.%d.%d.%d
-  ports:
-  - name: http
-    port: 80
-    targetPort: 8080%s
----
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata:\n  name: svc-%d\n  namespace: bench\nspec:\n", i)
+	b.WriteString(serviceSpec(i))
+	fmt.Fprintf(&b, `---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:
@@ -49,7 +39,7 @@ ports:
   port: 8080
   protocol: TCP
 endpoints:
-`, i, typ, 96+i>>16, (i>>8)&255, i&255, nodePort, i, i)
+`, i, i)
 	for j := range min(eps, 16) {
 		addr := fmt.Sprintf("10.%d.%d.%d", 128+i>>12, (i>>4)&255, (i&15)<<4+j)
 		if j == 0 && version > 0 {
@@ -58,6 +48,36 @@ endpoints:
 		fmt.Fprintf(&b, "- addresses: [%q]\n  conditions: {ready: true}\n  nodeName: node-%d\n", addr, j%3)
 	}
 	return []byte(b.String())
+}
+
+// serviceSpec returns the spec (and status) lines of service i.
+func serviceSpec(i int) string {
+	kind := i % 10
+	var b strings.Builder
+	fmt.Fprintf(&b, "  clusterIP: 10.%d.%d.%d\n", 96+i>>16, (i>>8)&255, i&255)
+	nodePort := ""
+	if kind >= 5 && (i/10)*5+kind-5 < maxNodePorts {
+		nodePort = fmt.Sprintf("\n    nodePort: %d", 30000+(i/10)*5+kind-5)
+	}
+	switch {
+	case kind == 3:
+		b.WriteString("  sessionAffinity: ClientIP\n")
+	case kind >= 5 && kind <= 7 && nodePort != "":
+		b.WriteString("  type: NodePort\n")
+	case kind >= 8:
+		b.WriteString("  type: LoadBalancer\n  loadBalancerSourceRanges: [10.0.0.0/8, 192.168.0.0/16]\n")
+		if nodePort == "" {
+			b.WriteString("  allocateLoadBalancerNodePorts: false\n")
+		}
+		if kind == 9 {
+			b.WriteString("  externalTrafficPolicy: Local\n")
+		}
+	}
+	fmt.Fprintf(&b, "  ports:\n  - name: http\n    port: 80\n    targetPort: 8080%s\n", nodePort)
+	if kind >= 8 {
+		fmt.Fprintf(&b, "status:\n  loadBalancer:\n    ingress:\n    - ip: 203.%d.%d.%d\n", (i>>16)&255, (i>>8)&255, i&255)
+	}
+	return b.String()
 }
 
 // Path returns the file that holds service i in dir.
