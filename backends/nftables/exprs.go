@@ -118,6 +118,22 @@ func iifnameNotPrefix(prefix string) []expr.Any {
 	}
 }
 
+// iifnamePrefix matches packets whose input interface name starts with prefix.
+func iifnamePrefix(prefix string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regScratch},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: regScratch, Data: []byte(prefix)},
+	}
+}
+
+// saddrLocal matches packets whose source is an address of this host.
+func saddrLocal() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: regScratch, FlagSADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: regScratch, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+	}
+}
+
 // daddrLocal matches destinations that are addresses of this host.
 func daddrLocal() []expr.Any {
 	return []expr.Any{

@@ -106,6 +106,10 @@ func (l *layout) base(t *txn, refill bool) {
 		l.set(setDropIPs, ipKeyType),
 		l.set(setDropNodePorts, portKeyType),
 		l.set(setHairpin, addrAddr),
+		l.dataMap(setShortIPs, ipKeyType, nftables.TypeVerdict),
+		l.dataMap(setShortIPTargets, ipKeyType, nftables.TypeInteger),
+		l.dataMap(setShortNodePorts, portKeyType, nftables.TypeVerdict),
+		l.dataMap(setShortNPTargets, portKeyType, nftables.TypeInteger),
 		l.set(setFirewallIPs, ipKeyType),
 		l.firewallAllowSet(),
 	} {
@@ -211,10 +215,20 @@ func (l *layout) baseChains(t *txn) {
 
 func (l *layout) serviceRules(t *txn) {
 	c := l.chain(chainServices)
+	l.shortCircuitRules(t, c)
 	t.add(op{kind: opAddRule, chain: c, rule: &rule{
 		text:  "ip daddr . meta l4proto . th dport vmap @" + setServiceIPs,
 		exprs: append(ipKeyExprs(), mapTo(regKey, setServiceIPs, regVerdict)),
 	}})
+	exprs, text := l.nodePortMatch()
+	t.add(op{kind: opAddRule, chain: c, rule: &rule{
+		text:  text + "meta l4proto . th dport vmap @" + setNodePorts,
+		exprs: append(append(exprs, portKeyExprs()...), mapTo(regKey, setNodePorts, regVerdict)),
+	}})
+}
+
+// nodePortMatch matches destinations that accept node ports.
+func (l *layout) nodePortMatch() ([]expr.Any, string) {
 	exprs, text := daddrLocal(), "fib daddr type local "
 	restricted := len(l.opts.NodePortCIDRs) > 0 || l.opts.NodePortPrimary
 	if !l.opts.LocalhostNodePorts || restricted {
@@ -224,10 +238,7 @@ func (l *layout) serviceRules(t *txn) {
 		exprs = append(exprs, loadDaddr(regKey), lookup(regKey, setNodePortCIDRs, false))
 		text += "ip daddr @" + setNodePortCIDRs + " "
 	}
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text:  text + "meta l4proto . th dport vmap @" + setNodePorts,
-		exprs: append(append(exprs, portKeyExprs()...), mapTo(regKey, setNodePorts, regVerdict)),
-	}})
+	return exprs, text
 }
 
 func (l *layout) masqueradeRules(t *txn) {

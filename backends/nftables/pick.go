@@ -24,9 +24,14 @@ const (
 	// pickNodePort and pickNodePortLocal are the same for node ports.
 	pickNodePort
 	pickNodePortLocal
+	// pickShortIP and pickShortNP serve node- and pod-originated traffic to
+	// the external addresses of Local-policy services with the cluster's
+	// endpoints (see shortcircuit.go).
+	pickShortIP
+	pickShortNP
 )
 
-var pickNames = [...]string{"ip", "ext", "ext-local", "np", "np-local"}
+var pickNames = [...]string{"ip", "ext", "ext-local", "np", "np-local", "short-ip", "short-np"}
 
 // pickSpec identifies one shared pick chain: every service pool with the same
 // kind, total weight and affinity timeout goes through the same chain.
@@ -45,13 +50,16 @@ func (p pickSpec) chain() string {
 	return name
 }
 
-func (p pickSpec) byPort() bool { return p.kind == pickNodePort || p.kind == pickNodePortLocal }
-
 // keyExprs loads the chain's lookup key at regKey and returns the map that
 // turns it into a target id.
 func (p pickSpec) keyExprs() ([]expr.Any, string, string) {
-	if p.byPort() {
+	switch p.kind {
+	case pickNodePort, pickNodePortLocal:
 		return portKeyExprs(), setNPTargets, "meta l4proto . th dport"
+	case pickShortNP:
+		return portKeyExprs(), setShortNPTargets, "meta l4proto . th dport"
+	case pickShortIP:
+		return ipKeyExprs(), setShortIPTargets, "ip daddr . meta l4proto . th dport"
 	}
 	return ipKeyExprs(), setIPTargets, "ip daddr . meta l4proto . th dport"
 }
@@ -60,6 +68,9 @@ func (p pickSpec) keyExprs() ([]expr.Any, string, string) {
 func (l *layout) addPickChain(t *txn, spec pickSpec) {
 	c := l.chain(spec.chain())
 	t.add(op{kind: opAddChain, chain: c})
+	if spec.kind == pickShortIP || spec.kind == pickShortNP {
+		t.add(op{kind: opAddRule, chain: c, rule: shortCircuitMasquerade()})
+	}
 	if r := l.masqueradeRule(spec.kind); r != nil {
 		t.add(op{kind: opAddRule, chain: c, rule: r})
 	}
@@ -87,7 +98,7 @@ func (l *layout) addPickChain(t *txn, spec pickSpec) {
 // or nil when they keep their source.
 func (l *layout) masqueradeRule(kind pickKind) *rule {
 	switch kind {
-	case pickCluster:
+	case pickCluster, pickShortIP, pickShortNP:
 		return l.clusterMasqueradeRule()
 	case pickExternal, pickNodePort:
 		return &rule{text: fmt.Sprintf("meta mark set meta mark | %#x", masqueradeMark), exprs: setMarkBit(masqueradeMark, false)}

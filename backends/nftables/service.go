@@ -42,6 +42,9 @@ type serviceState struct {
 	// externalLocal keeps the client's address on external traffic
 	// (externalTrafficPolicy: Local): no masquerade.
 	externalLocal bool
+	// internalLocal is internalTrafficPolicy: Local; the internal pool is
+	// then not the cluster's endpoints.
+	internalLocal bool
 	// hasEndpoints tells an empty pool whose service has endpoints elsewhere
 	// (traffic is dropped, like kube-proxy) from a service with none at all
 	// (rejected).
@@ -56,7 +59,8 @@ func newServiceState(svc *plan.Service, target uint32) *serviceState {
 	if _, err := protoNumber(svc.Key.Protocol); err != nil {
 		return nil
 	}
-	st := &serviceState{proto: svc.Key.Protocol, port: svc.Port, nodePort: svc.NodePort, externalLocal: svc.ExternalLocal}
+	st := &serviceState{proto: svc.Key.Protocol, port: svc.Port, nodePort: svc.NodePort,
+		externalLocal: svc.ExternalLocal, internalLocal: svc.InternalLocal}
 	st.ips = ipv4(svc.ClusterIPs)
 	st.extIPs = ipv4(append(slices.Clone(svc.ExternalIPs), svc.LoadBalancerIPs...))
 	for _, r := range svc.SourceRanges {
@@ -173,7 +177,7 @@ func sameEntries(a, b *serviceState) bool {
 	return a.proto == b.proto && a.port == b.port && a.nodePort == b.nodePort && slices.Equal(a.ips, b.ips) &&
 		slices.Equal(a.extIPs, b.extIPs) && a.affinity == b.affinity &&
 		slices.Equal(a.lbIPs, b.lbIPs) && slices.Equal(a.ranges, b.ranges) &&
-		a.externalLocal == b.externalLocal && a.hasEndpoints == b.hasEndpoints &&
+		a.externalLocal == b.externalLocal && a.internalLocal == b.internalLocal && a.hasEndpoints == b.hasEndpoints &&
 		a.internal.target == b.internal.target && a.internal.weight() == b.internal.weight() &&
 		a.external.target == b.external.target && a.external.weight() == b.external.weight()
 }
@@ -202,6 +206,7 @@ func (s *serviceState) entryElements(add entrySink) {
 			add(setFirewallAllow, allowElement(ip, s.proto, s.port, r), nil)
 		}
 	}
+	s.shortCircuitEntries(add)
 	if s.nodePort == 0 {
 		return
 	}
@@ -215,6 +220,29 @@ func (s *serviceState) entryElements(add entrySink) {
 		add(setDropNodePorts, element{Key: key}, nil)
 	default:
 		add(setNoEPNodePorts, element{Key: key}, nil)
+	}
+}
+
+// shortCircuitEntries sends node- and pod-originated traffic for a Local
+// policy service's external addresses to the cluster's endpoints (the
+// internal pool, which is the cluster pool unless internal traffic is Local
+// too, in which case there is nothing to short-circuit to).
+func (s *serviceState) shortCircuitEntries(add entrySink) {
+	in := s.internal
+	if !s.externalLocal || s.internalLocal || in.weight() == 0 {
+		return
+	}
+	ipSpec := pickSpec{kind: pickShortIP, weight: in.weight(), affinity: s.affinity}
+	for _, ip := range s.extIPs {
+		key := ipKey(ip, s.proto, s.port)
+		add(setShortIPs, gotoElement(key, ipSpec.chain()), &ipSpec)
+		add(setShortIPTargets, targetElement(key, in.target), nil)
+	}
+	if s.nodePort != 0 {
+		npSpec := pickSpec{kind: pickShortNP, weight: in.weight(), affinity: s.affinity}
+		key := portKey(s.proto, s.nodePort)
+		add(setShortNodePorts, gotoElement(key, npSpec.chain()), &npSpec)
+		add(setShortNPTargets, targetElement(key, in.target), nil)
 	}
 }
 

@@ -1,0 +1,357 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirproxy/weir/test/netns"
+)
+
+// Proto is the transport a probe uses.
+type Proto string
+
+// The transports a probe can use; the zero Proto is TCP.
+const (
+	// TCP probes connect and read the pod's answer line.
+	TCP Proto = "TCP"
+	// UDP probes send one datagram and read the pod's answer datagram.
+	UDP Proto = "UDP"
+)
+
+// Probe is a batch of connections (TCP) or exchanges (UDP, each a new flow
+// unless FromPort is set) from one place to one address, and what they must
+// give.
+type Probe struct {
+	// From is where the probe runs: "client", "node", or a pod's name.
+	From string
+	// To is the address dialled: "10.96.0.10:80", or "node:30080" for a
+	// port on the node's address on the client link (its NodePort address).
+	To string
+	// Proto is TCP (the default) or UDP.
+	Proto Proto
+	// FromPort, for UDP, is the prober's source port. Zero uses a new
+	// ephemeral port, so a new flow, for every attempt; a fixed port makes
+	// every attempt, in this probe and in later ones with the same port,
+	// one flow, as a long-lived client's (a DNS resolver's) is.
+	FromPort uint16
+	// Count is the number of attempts; zero picks enough for the want (see
+	// Want).
+	Count int
+	// Want is what every attempt must give.
+	Want Want
+	// Source, for answered probes, is the source address the answering pod
+	// must see: "client" (the client's address), "node" (the node's address:
+	// masqueraded), "self" (the prober's own address: kept), or "" (not
+	// checked).
+	Source string
+}
+
+// Want is the expected outcome of a probe; build it with Pods or OneOf, or
+// use Refused, Dropped or Unanswered.
+type Want struct {
+	kind wantKind
+	pods []string
+}
+
+type wantKind uint8
+
+const (
+	wantPods wantKind = iota
+	wantOneOf
+	wantRefused
+	wantDropped
+	wantUnanswered
+)
+
+// Pods expects every attempt to be answered, by the named pods only, and
+// each of them to answer at least once.
+func Pods(names ...string) Want { return Want{kind: wantPods, pods: names} }
+
+// OneOf expects every attempt to be answered by the same pod, one of the
+// named ones (session affinity).
+func OneOf(names ...string) Want { return Want{kind: wantOneOf, pods: names} }
+
+// The outcomes of probes that no pod answers.
+var (
+	// Refused expects every attempt to be actively refused (TCP reset or
+	// ICMP port unreachable), as for a service without endpoints.
+	Refused = Want{kind: wantRefused}
+	// Dropped expects every attempt to get nothing back within 300 ms: the
+	// packets are dropped.
+	Dropped = Want{kind: wantDropped}
+	// Unanswered expects no pod to answer, however the attempt fails: for
+	// traffic the proxy must leave alone, whose fate is up to routing.
+	Unanswered = Want{kind: wantUnanswered}
+)
+
+// String describes the want for failure messages.
+func (w Want) String() string {
+	switch w.kind {
+	case wantPods:
+		return "answers from exactly " + strings.Join(w.pods, ", ")
+	case wantOneOf:
+		return "every answer from one pod of " + strings.Join(w.pods, ", ")
+	case wantRefused:
+		return "connection refused"
+	case wantDropped:
+		return "dropped (timeout)"
+	}
+	return "no answer"
+}
+
+// Deadlines of one attempt.
+const (
+	// answerWait bounds an attempt that should be answered or refused.
+	answerWait = 2 * time.Second
+	// dropWait is how long an attempt that should get nothing waits.
+	dropWait = 300 * time.Millisecond
+)
+
+// maxBad is how many attempts contradicting the want end a probe early.
+const maxBad = 3
+
+// contradicts reports whether one attempt's outcome alone shows that the
+// want is not met.
+func (w Want) contradicts(o outcome) bool {
+	switch w.kind {
+	case wantPods, wantOneOf:
+		return o.err != nil || !slices.Contains(w.pods, o.answer.Pod)
+	case wantRefused:
+		return !errors.Is(o.err, netns.ErrRefused)
+	case wantDropped:
+		return !errors.Is(o.err, netns.ErrTimeout)
+	}
+	return o.err == nil
+}
+
+// count returns the number of attempts: the probe's own, else enough that
+// each of n uniformly chosen pods answers, and that a pod which should get
+// no share would show up, with overwhelming probability (3 pods, 45 draws:
+// one is missed with probability 3·(2/3)^45 ≈ 3e-8; one pod, 20 draws: an
+// equal-share intruder hides with probability 2^-20).
+func (p Probe) count() int {
+	switch {
+	case p.Count > 0:
+		return p.Count
+	case p.Want.kind == wantPods, p.Want.kind == wantOneOf:
+		return max(20, 15*len(p.Want.pods))
+	case p.Want.kind == wantRefused:
+		return 3
+	}
+	return 1
+}
+
+func (p Probe) proto() Proto {
+	if p.Proto == "" {
+		return TCP
+	}
+	return p.Proto
+}
+
+// String describes the probe for failure messages, e.g. "TCP from client
+// to 10.96.0.10:80".
+func (p Probe) String() string {
+	from := p.From
+	if p.FromPort != 0 {
+		from = fmt.Sprintf("%s port %d", from, p.FromPort)
+	}
+	return fmt.Sprintf("%s from %s to %s", p.proto(), from, p.To)
+}
+
+// outcome is the result of one attempt.
+type outcome struct {
+	answer netns.Answer
+	err    error
+}
+
+// probes runs a list of probes; prefix names the phase in messages.
+func (r *rowRun) probes(t *testing.T, prefix string, list []Probe) {
+	t.Helper()
+	for _, p := range list {
+		r.probe(t, prefix, p)
+	}
+}
+
+// probe runs one probe and reports every way it differs from its want.
+func (r *rowRun) probe(t *testing.T, prefix string, p Probe) {
+	t.Helper()
+	what := prefix + p.String()
+	if err := p.validate(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	from, self := r.prober(p.From)
+	to, src := r.target(p.To), r.source(p.Source, self)
+	wait := answerWait
+	if p.Want.kind == wantDropped || p.Want.kind == wantUnanswered {
+		wait = dropWait
+	}
+	attempt, done, err := attempter(p, from, netip.AddrPortFrom(self, p.FromPort), to)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	defer done()
+	var outs []outcome
+	bad := 0
+	for range p.count() {
+		if bad == maxBad {
+			break // enough to report; do not wait out every deadline
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		var o outcome
+		o.answer, o.err = attempt(ctx)
+		cancel()
+		if p.Want.contradicts(o) {
+			bad++
+		}
+		outs = append(outs, o)
+	}
+	if msg := check(p, outs); msg != "" {
+		t.Errorf("%s: want %s: %s", what, p.Want, msg)
+	}
+	if !src.IsValid() {
+		return
+	}
+	for _, o := range outs {
+		if o.err == nil && o.answer.Source.Addr() != src {
+			t.Errorf("%s: %s saw source %s, want %s (%s)", what, o.answer.Pod, o.answer.Source, src, p.Source)
+			return
+		}
+	}
+}
+
+// attempter returns the function making one attempt of p from ns to addr,
+// and the function releasing what it holds. A UDP probe with a fixed source
+// port (local) shares one socket across its attempts.
+func attempter(p Probe, ns *netns.Namespace, local, to netip.AddrPort) (func(context.Context) (netns.Answer, error), func(), error) {
+	switch {
+	case p.proto() == TCP:
+		return func(ctx context.Context) (netns.Answer, error) { return ns.DialTCP(ctx, to) }, func() {}, nil
+	case p.FromPort == 0:
+		return func(ctx context.Context) (netns.Answer, error) { return ns.AskUDP(ctx, to) }, func() {}, nil
+	}
+	c, err := ns.DialUDP(local, to)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.Ask, func() { c.Close() }, nil
+}
+
+// check compares a probe's outcomes with its want, ignoring sources, and
+// describes what went wrong; "" means nothing did.
+func check(p Probe, outs []outcome) string {
+	tally := map[string]int{}
+	var failed []error
+	var unexpected error // the first outcome that contradicts the want
+	for _, o := range outs {
+		if o.err != nil {
+			failed = append(failed, o.err)
+		} else {
+			tally[o.answer.Pod]++
+		}
+		if unexpected == nil && p.Want.contradicts(o) {
+			unexpected = o.err
+			if o.err == nil {
+				unexpected = fmt.Errorf("answered by %s", o.answer)
+			}
+		}
+	}
+	got := fmt.Sprintf("%d attempts: answers %v", len(outs), tally)
+	if len(failed) > 0 {
+		got += fmt.Sprintf(", %d failed", len(failed))
+	}
+	if unexpected != nil {
+		return fmt.Sprintf("%s; first contradicting outcome: %v", got, unexpected)
+	}
+	// Each outcome fits; together they must also cover every pod, or stick
+	// to one.
+	switch p.Want.kind {
+	case wantPods:
+		if len(tally) != len(p.Want.pods) {
+			return got
+		}
+	case wantOneOf:
+		if len(tally) != 1 {
+			return got
+		}
+	}
+	return ""
+}
+
+// validate checks the probe's fields, so that a mistake in a row fails at
+// once and says what is wrong.
+func (p Probe) validate() error {
+	isPod := func(name string) bool {
+		return slices.ContainsFunc(pods, func(s netns.PodSpec) bool { return s.Name == name })
+	}
+	if p.From != "client" && p.From != "node" && !isPod(p.From) {
+		return fmt.Errorf("From %q: want client, node or a pod name", p.From)
+	}
+	if port, ok := strings.CutPrefix(p.To, "node:"); ok {
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return fmt.Errorf("To %q: bad port", p.To)
+		}
+	} else if _, err := netip.ParseAddrPort(p.To); err != nil {
+		return fmt.Errorf("To %q: want address:port or node:port", p.To)
+	}
+	switch {
+	case p.Proto != "" && p.Proto != TCP && p.Proto != UDP:
+		return fmt.Errorf("Proto %q: want TCP or UDP", p.Proto)
+	case p.FromPort != 0 && p.proto() != UDP:
+		return errors.New("FromPort is for UDP probes only")
+	case !slices.Contains([]string{"", "client", "node", "self"}, p.Source):
+		return fmt.Errorf("Source %q: want client, node, self or empty", p.Source)
+	case p.Source != "" && p.Want.kind != wantPods && p.Want.kind != wantOneOf:
+		return errors.New("Source needs a want that is answered")
+	case (p.Want.kind == wantPods || p.Want.kind == wantOneOf) && len(p.Want.pods) == 0:
+		return errors.New("Pods or OneOf without pod names")
+	}
+	for _, name := range p.Want.pods {
+		if !isPod(name) {
+			return fmt.Errorf("want pod %q: no such pod", name)
+		}
+	}
+	return nil
+}
+
+// prober returns the namespace a (validated) probe runs in and the prober's
+// own address.
+func (r *rowRun) prober(from string) (*netns.Namespace, netip.Addr) {
+	switch from {
+	case "client":
+		return r.topo.Client, r.topo.ClientIP
+	case "node":
+		return r.topo.Node, r.topo.NodeIP
+	}
+	p := r.topo.Pods[from]
+	return p.NS, p.IP
+}
+
+// target resolves a (validated) probe's To.
+func (r *rowRun) target(to string) netip.AddrPort {
+	if port, ok := strings.CutPrefix(to, "node:"); ok {
+		n, _ := strconv.ParseUint(port, 10, 16)
+		return netip.AddrPortFrom(r.topo.NodeIP, uint16(n))
+	}
+	return netip.MustParseAddrPort(to)
+}
+
+// source resolves a (validated) probe's Source; the zero address means not
+// checked.
+func (r *rowRun) source(src string, self netip.Addr) netip.Addr {
+	switch src {
+	case "client":
+		return r.topo.ClientIP
+	case "node":
+		return r.topo.NodeIP
+	case "self":
+		return self
+	}
+	return netip.Addr{}
+}
