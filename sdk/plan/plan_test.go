@@ -12,8 +12,9 @@ func sample() *Plan {
 		Port:       80,
 		NodePort:   30080,
 		Endpoints: []Endpoint{
-			{Address: netip.MustParseAddr("10.244.0.11"), Port: 8080, NodeName: "n1", Zone: "z1", Ready: true, Serving: true, Local: true, Weight: 1},
+			{Address: netip.MustParseAddr("10.244.0.11"), Port: 8080, NodeName: "n1", Zone: "z1", Ready: true, Serving: true, Local: true, ForCluster: true, ForLocal: true, Weight: 1},
 			{Address: netip.MustParseAddr("10.244.0.12"), Port: 8080, NodeName: "n2", Serving: true, Terminating: true, Weight: 3},
+			{Address: netip.MustParseAddr("10.244.0.13"), Port: 8080, NodeName: "n3", Ready: true, Serving: true, ForCluster: true, Weight: 1},
 		},
 	}
 	dns := &Service{
@@ -32,8 +33,9 @@ func TestString(t *testing.T) {
 service default/web:http/TCP
   clusterIP 10.96.0.10 port 80
   nodePort 30080
-  endpoint 10.244.0.11:8080 weight=1 node=n1 zone=z1 ready serving local
-  endpoint 10.244.0.12:8080 weight=3 node=n2 serving terminating
+  endpoint 10.244.0.11:8080 weight=1 node=n1 zone=z1 ready serving local for-local
+  endpoint 10.244.0.12:8080 weight=3 node=n2 serving terminating not-for-cluster
+  endpoint 10.244.0.13:8080 weight=1 node=n3 ready serving
 service kube-system/dns:dns/UDP
   clusterIP 10.96.0.53 port 53
   no endpoints: reject
@@ -72,7 +74,58 @@ func TestKeyOrderAndText(t *testing.T) {
 	if n := keys[1].ServiceName(); n != "kube-system/dns" {
 		t.Errorf("ServiceName() = %q", n)
 	}
-	if w := sample().Services[keys[0]].TotalWeight(); w != 4 {
-		t.Errorf("TotalWeight() = %d, want 4", w)
+	if w := sample().Services[keys[0]].TotalWeight(); w != 5 {
+		t.Errorf("TotalWeight() = %d, want 5", w)
+	}
+}
+
+func TestExternalFieldsTextCloneEqual(t *testing.T) {
+	lb := &Service{
+		Key:                 Key{Namespace: "default", Name: "lb", Port: "https", Protocol: TCP},
+		ClusterIPs:          []netip.Addr{netip.MustParseAddr("10.96.0.40")},
+		Port:                443,
+		NodePort:            30443,
+		ExternalIPs:         []netip.Addr{netip.MustParseAddr("192.0.2.10")},
+		LoadBalancerIPs:     []netip.Addr{netip.MustParseAddr("198.51.100.5")},
+		SourceRanges:        []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		ExternalLocal:       true,
+		InternalLocal:       true,
+		HealthCheckNodePort: 32000,
+		Affinity:            &Affinity{TimeoutSeconds: 60},
+	}
+	want := `service default/lb:https/TCP
+  clusterIP 10.96.0.40 port 443
+  nodePort 30443
+  externalIP 192.0.2.10
+  loadBalancerIP 198.51.100.5
+  sourceRange 10.0.0.0/8
+  externalTrafficPolicy=Local internalTrafficPolicy=Local healthCheckNodePort=32000 affinity=ClientIP/60s
+  no endpoints: reject
+`
+	if got := lb.String(); got != want {
+		t.Errorf("String() =\n%s\nwant\n%s", got, want)
+	}
+	c := lb.Clone()
+	if !c.Equal(lb) {
+		t.Fatal("a clone is not Equal to its original")
+	}
+	c.Affinity.TimeoutSeconds = 5
+	c.SourceRanges[0] = netip.MustParsePrefix("0.0.0.0/0")
+	c.LoadBalancerIPs[0] = netip.MustParseAddr("198.51.100.6")
+	if lb.Affinity.TimeoutSeconds != 60 || lb.SourceRanges[0].Bits() != 8 || lb.LoadBalancerIPs[0].String() != "198.51.100.5" {
+		t.Error("changing the clone changed the original")
+	}
+	for name, change := range map[string]func(*Service){
+		"externalIPs":   func(s *Service) { s.ExternalIPs = nil },
+		"policy":        func(s *Service) { s.ExternalLocal = false },
+		"health check":  func(s *Service) { s.HealthCheckNodePort = 1 },
+		"affinity":      func(s *Service) { s.Affinity = nil },
+		"source ranges": func(s *Service) { s.SourceRanges = nil },
+	} {
+		d := lb.Clone()
+		change(d)
+		if d.Equal(lb) {
+			t.Errorf("Equal misses a change of %s", name)
+		}
 	}
 }
