@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"sync"
 
 	"github.com/google/nftables"
@@ -73,16 +72,14 @@ const (
 	DetectInterfaceNamePrefix LocalDetector = "InterfaceNamePrefix"
 )
 
-// Backend is the nftables backend. It is safe for one caller at a time.
+// Backend is the nftables backend: one table per IP family, both changed in
+// one transaction. It is safe for one caller at a time.
 type Backend struct {
 	mu     sync.Mutex
 	conn   *nftables.Conn
-	layout *layout
-	state  *state
+	tables []*table // IPv4, then IPv6
+	opts   Options
 	log    *slog.Logger
-	// synced is false until a full sync succeeds; partial syncs before that
-	// are promoted to full ones.
-	synced bool
 }
 
 // New returns a backend that programs the network namespace in opts.
@@ -101,11 +98,7 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: open netlink socket: %w", err)
 	}
-	return &Backend{conn: conn, layout: &layout{table: tableFor(opts.Table), opts: opts}, state: newState(), log: opts.Log}, nil
-}
-
-func tableFor(name string) *nftables.Table {
-	return &nftables.Table{Name: name, Family: nftables.TableFamilyIPv4}
+	return &Backend{conn: conn, tables: newTables(opts), opts: opts, log: opts.Log}, nil
 }
 
 // forceBuffers raises the netlink socket buffers past the system limits, as
@@ -131,136 +124,65 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if changed == nil || !b.synced {
+	if changed == nil || !b.tables[0].synced {
 		return b.fullSync(p)
 	}
 	return b.partialSync(p, changed)
 }
 
 func (b *Backend) fullSync(p *plan.Plan) error {
-	if !b.synced && b.layout.opts.LocalhostNodePorts {
-		if err := setSysctl(b.layout.opts.NetNS, "net/ipv4/conf/all/route_localnet", "1"); err != nil {
+	if !b.tables[0].synced && b.opts.LocalhostNodePorts {
+		if err := setSysctl(b.opts.NetNS, "net/ipv4/conf/all/route_localnet", "1"); err != nil {
 			b.log.Warn("Cannot enable route_localnet; NodePorts on 127.0.0.1 will not work", "error", err)
 		}
 	}
-	t, c := b.fullTxn(p)
-	if err := b.commit(t); err != nil {
+	var txns []*txn
+	var pending []*changes
+	for _, tb := range b.tables {
+		t, c := tb.fullTxn(p)
+		txns, pending = append(txns, t), append(pending, c)
+	}
+	if err := b.commit(txns...); err != nil {
 		return err
 	}
-	c.commit()
-	b.state, b.synced = c.base, true
+	for i, tb := range b.tables {
+		pending[i].commit()
+		tb.state, tb.synced = pending[i].base, true
+	}
 	return nil
-}
-
-// fullTxn builds the transaction that rewrites the whole table from p. The
-// first one of a process replaces the table outright. Later ones empty and
-// refill every object instead, keeping the table, the affinity map and each
-// service's target id, so ClientIP affinity survives periodic full syncs.
-func (b *Backend) fullTxn(p *plan.Plan) (*txn, *changes) {
-	t := &txn{table: b.layout.table}
-	if !b.synced {
-		// Adding first makes the delete valid when the table does not exist yet.
-		t.add(op{kind: opAddTable})
-		t.add(op{kind: opDelTable})
-	}
-	b.layout.base(t, b.synced)
-	if b.synced {
-		for _, spec := range sortedSpecs(b.state.chains) {
-			b.layout.delPickChain(t, spec)
-		}
-		for _, w := range sortedKeys(b.state.maps) {
-			b.layout.delEndpointsMap(t, w)
-		}
-	}
-	c := newChanges(newState())
-	c.prior = b.state
-	for _, k := range p.Keys() {
-		c.update(k, p.Services[k])
-	}
-	c.write(t, b.layout)
-	b.writeNodeSets(t, c, p, true)
-	return t, c
-}
-
-// writeNodeSets keeps the sets that follow the Node object up to date: its
-// IPv4 podCIDRs (local detection by NodeCIDR) and its IPv4 addresses
-// (nodePortAddresses primary).
-func (b *Backend) writeNodeSets(t *txn, c *changes, p *plan.Plan, full bool) {
-	opts := b.layout.opts
-	if opts.LocalDetector == DetectNodeCIDR {
-		c.podCIDRs = v4Prefixes(p.Node.PodCIDRs)
-		b.refillSet(t, setPodCIDRs, c.podCIDRs, c.base.podCIDRs, full)
-	}
-	if opts.NodePortPrimary {
-		var hosts []netip.Prefix
-		for _, a := range p.Node.Addresses {
-			if a.Is4() {
-				hosts = append(hosts, netip.PrefixFrom(a, 32))
-			}
-		}
-		c.nodeAddrs = hosts
-		b.refillSet(t, setNodePortCIDRs, hosts, c.base.nodeAddrs, full)
-	}
-}
-
-// refillSet replaces an interval set's contents when they changed (always
-// in a full sync, where base has just created or emptied the set).
-func (b *Backend) refillSet(t *txn, name string, cur, old []netip.Prefix, full bool) {
-	if !full && slices.Equal(cur, old) {
-		return
-	}
-	set := b.layout.intervalSet(name)
-	if !full {
-		t.add(op{kind: opFlushSet, set: set})
-	}
-	t.addElems(set, prefixElements(cur)...)
-}
-
-func v4Prefixes(in []netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range in {
-		if p.Addr().Is4() {
-			out = append(out, p.Masked())
-		}
-	}
-	return out
 }
 
 func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
-	t, c := b.partialTxn(p, changed)
-	if t.empty() {
+	var txns []*txn
+	var pending []*changes
+	for _, tb := range b.tables {
+		t, c := tb.partialTxn(p, changed)
+		if !t.empty() {
+			txns, pending = append(txns, t), append(pending, c)
+		}
+	}
+	if len(txns) == 0 {
 		return nil
 	}
-	if err := b.commit(t); err != nil {
+	if err := b.commit(txns...); err != nil {
 		return err
 	}
-	c.commit()
+	for _, c := range pending {
+		c.commit()
+	}
 	return nil
 }
 
-// partialTxn builds the transaction for the changed keys only.
-func (b *Backend) partialTxn(p *plan.Plan, changed []plan.Key) (*txn, *changes) {
-	t := &txn{table: b.layout.table}
-	c := newChanges(b.state)
-	seen := make(map[plan.Key]bool, len(changed))
-	for _, k := range changed {
-		if !seen[k] {
-			seen[k] = true
-			c.update(k, p.Services[k])
+// commit sends the tables' transactions as one netlink batch, which the
+// kernel applies atomically: both families change together or not at all.
+func (b *Backend) commit(txns ...*txn) error {
+	for _, t := range txns {
+		if err := t.apply(b.conn); err != nil {
+			return fmt.Errorf("nftables: build transaction: %w", err)
 		}
 	}
-	c.write(t, b.layout)
-	b.writeNodeSets(t, c, p, false)
-	return t, c
-}
-
-// commit sends the transaction as one netlink batch.
-func (b *Backend) commit(t *txn) error {
-	if err := t.apply(b.conn); err != nil {
-		return fmt.Errorf("nftables: build transaction: %w", err)
-	}
 	if err := b.conn.Flush(); err != nil {
-		return fmt.Errorf("nftables: commit transaction to table ip %s: %w", b.layout.table.Name, err)
+		return fmt.Errorf("nftables: commit transaction to tables ip/ip6 %s: %w", b.opts.Table, err)
 	}
 	return nil
 }
@@ -269,12 +191,16 @@ func (b *Backend) commit(t *txn) error {
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.conn.AddTable(b.layout.table)
-	b.conn.DelTable(b.layout.table)
-	if err := b.conn.Flush(); err != nil {
-		return fmt.Errorf("nftables: delete table ip %s: %w", b.layout.table.Name, err)
+	for _, tb := range b.tables {
+		b.conn.AddTable(tb.layout.table)
+		b.conn.DelTable(tb.layout.table)
 	}
-	b.state, b.synced = newState(), false
+	if err := b.conn.Flush(); err != nil {
+		return fmt.Errorf("nftables: delete tables ip/ip6 %s: %w", b.opts.Table, err)
+	}
+	for _, tb := range b.tables {
+		tb.state, tb.synced = newState(), false
+	}
 	return nil
 }
 

@@ -29,6 +29,7 @@ func newState() *state {
 // accepted the transaction, so a failed commit leaves state matching the
 // kernel's previous rules.
 type changes struct {
+	fam      *family
 	base     *state
 	services map[plan.Key]*serviceState // nil value: deleted
 	maps     map[uint32]int
@@ -43,8 +44,8 @@ type changes struct {
 	del, add  map[string][]element
 }
 
-func newChanges(base *state) *changes {
-	return &changes{
+func newChanges(base *state, f *family) *changes {
+	return &changes{fam: f,
 		base: base, services: map[plan.Key]*serviceState{}, maps: map[uint32]int{}, chains: map[pickSpec]int{},
 		hairpin: map[netip.Addr]int{},
 		next:    base.nextTarget, del: map[string][]element{}, add: map[string][]element{},
@@ -65,7 +66,7 @@ func (c *changes) update(key plan.Key, svc *plan.Service) {
 	var cur *serviceState
 	if svc != nil {
 		target, fresh := c.targetFor(key, old)
-		cur = newServiceState(svc, target)
+		cur = newServiceState(svc, target, c.fam)
 		if cur != nil && fresh {
 			c.next += 2
 		}

@@ -6,42 +6,54 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 )
 
+func addrLenOf(t *nftables.Table) int {
+	if t.Family == nftables.TableFamilyIPv6 {
+		return 16
+	}
+	return 4
+}
+
 // describe renders an element from its encoded bytes, so golden files show
-// exactly what is sent to the kernel.
-func describe(set string, e element) string {
+// exactly what is sent to the kernel. n is the family's address length.
+func describe(n int, set string, e element) string {
+	ipKey := n + 8 // address . proto . port
 	var s string
 	switch {
 	case set == setFirewallAllow:
-		s = fmt.Sprintf("%s . %s . %d . %s-%s", addr4(e.Key), protoText(e.Key[4]), binary.BigEndian.Uint16(e.Key[8:]),
-			addr4(e.Key[12:]), addr4(e.KeyEnd[12:]))
+		s = fmt.Sprintf("%s . %s . %d . %s-%s", addrAt(e.Key, 0, n), protoText(e.Key[n]), binary.BigEndian.Uint16(e.Key[n+4:]),
+			addrAt(e.Key, ipKey, n), addrAt(e.KeyEnd, ipKey, n))
 	case strings.HasPrefix(set, "endpoints-"):
 		s = fmt.Sprintf("%d . %d", binary.BigEndian.Uint32(e.Key), binaryutil.NativeEndian.Uint32(e.Key[4:8]))
-	case len(e.Key) == 12:
-		s = fmt.Sprintf("%s . %s . %d", addr4(e.Key), protoText(e.Key[4]), binary.BigEndian.Uint16(e.Key[8:]))
+	case len(e.Key) == ipKey:
+		s = fmt.Sprintf("%s . %s . %d", addrAt(e.Key, 0, n), protoText(e.Key[n]), binary.BigEndian.Uint16(e.Key[n+4:]))
 	case set == setHairpin:
-		s = fmt.Sprintf("%s . %s", addr4(e.Key), addr4(e.Key[4:]))
+		s = fmt.Sprintf("%s . %s", addrAt(e.Key, 0, n), addrAt(e.Key, n, n))
 	case len(e.Key) == 8:
 		s = fmt.Sprintf("%s . %d", protoText(e.Key[0]), binary.BigEndian.Uint16(e.Key[4:]))
 	case e.IntervalEnd:
-		s = "interval end " + addr4(e.Key).String()
+		s = "interval end " + addrAt(e.Key, 0, n).String()
 	default:
-		s = addr4(e.Key).String()
+		s = addrAt(e.Key, 0, n).String()
 	}
 	switch {
 	case e.VerdictData != nil:
 		s += " : goto " + e.VerdictData.Chain
 	case len(e.Val) == 4:
 		s += fmt.Sprintf(" : %d", binary.BigEndian.Uint32(e.Val))
-	case len(e.Val) == 8:
-		s += fmt.Sprintf(" : %s . %d", addr4(e.Val), binary.BigEndian.Uint16(e.Val[4:]))
+	case len(e.Val) == n+4:
+		s += fmt.Sprintf(" : %s . %d", addrAt(e.Val, 0, n), binary.BigEndian.Uint16(e.Val[n:]))
 	}
 	return s
 }
 
-func addr4(b []byte) netip.Addr { return netip.AddrFrom4([4]byte(b[:4])) }
+func addrAt(b []byte, off, n int) netip.Addr {
+	a, _ := netip.AddrFromSlice(b[off : off+n])
+	return a
+}
 
 func protoText(n byte) string {
 	switch n {

@@ -27,8 +27,7 @@ func port16(p uint16) []byte { return []byte{byte(p >> 8), byte(p)} }
 // ipKey is the element key "address . protocol . port".
 func ipKey(addr netip.Addr, proto plan.Protocol, port uint16) []byte {
 	n, _ := protoNumber(proto)
-	a := addr.As4()
-	return concat(a[:], []byte{n}, port16(port))
+	return concat(addr.AsSlice(), []byte{n}, port16(port))
 }
 
 // portKey is the element key "protocol . port".
@@ -44,8 +43,7 @@ func bucketKey(target, bucket uint32) []byte {
 }
 
 func endpointValue(ap netip.AddrPort) []byte {
-	a := ap.Addr().As4()
-	return concat(a[:], port16(ap.Port()))
+	return concat(ap.Addr().AsSlice(), port16(ap.Port()))
 }
 
 func gotoElement(key []byte, chain string) element {
@@ -61,16 +59,15 @@ func bucketElement(target, bucket uint32, ep netip.AddrPort) element {
 }
 
 func hairpinElement(a netip.Addr) element {
-	b := a.As4()
-	return element{Key: concat(b[:], b[:])}
+	return element{Key: concat(a.AsSlice(), a.AsSlice())}
 }
 
 // allowElement is the firewall-allow range "lb IP . proto . port . range":
 // the key holds the range's first address, KeyEnd its last.
 func allowElement(ip netip.Addr, proto plan.Protocol, port uint16, r netip.Prefix) element {
 	r = r.Masked()
-	first, last := r.Addr().As4(), lastAddr(r).As4()
-	return element{Key: concat(ipKey(ip, proto, port), first[:]), KeyEnd: concat(ipKey(ip, proto, port), last[:])}
+	return element{Key: concat(ipKey(ip, proto, port), r.Addr().AsSlice()),
+		KeyEnd: concat(ipKey(ip, proto, port), lastAddr(r).AsSlice())}
 }
 
 // prefixElements encodes CIDRs as interval set elements: each range's first
@@ -79,26 +76,19 @@ func prefixElements(prefixes []netip.Prefix) []element {
 	var out []element
 	for _, p := range prefixes {
 		p = p.Masked()
-		start := p.Addr().As4()
-		out = append(out, element{Key: start[:]})
-		end := lastAddr(p).Next()
-		if end.IsValid() {
-			e := end.As4()
-			out = append(out, element{Key: e[:], IntervalEnd: true})
+		out = append(out, element{Key: p.Addr().AsSlice()})
+		if end := lastAddr(p).Next(); end.IsValid() {
+			out = append(out, element{Key: end.AsSlice(), IntervalEnd: true})
 		}
 	}
 	return out
 }
 
 func lastAddr(p netip.Prefix) netip.Addr {
-	a := p.Addr().As4()
-	bits := p.Bits()
-	for i := range a {
-		for b := 0; b < 8; b++ {
-			if i*8+b >= bits {
-				a[i] |= 0x80 >> b
-			}
-		}
+	a := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(a)*8; i++ {
+		a[i/8] |= 0x80 >> (i % 8)
 	}
-	return netip.AddrFrom4(a)
+	out, _ := netip.AddrFromSlice(a)
+	return out
 }

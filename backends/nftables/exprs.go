@@ -8,18 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Registers. nf_tables refuses to read a register that the same rule did not
-// write first, so every rule loads what it needs itself.
-const (
-	regVerdict = 0
-	regScratch = 1  // 16-byte register for marks and flags
-	regKey     = 8  // NFT_REG32_00: first word of a concatenated lookup key
-	regTarget  = 12 // NFT_REG32_04: target id from a *-targets map
-	regBucket  = 13 // NFT_REG32_05: numgen bucket, right after the target id
-	regEPAddr  = 14 // NFT_REG32_06: endpoint address from an endpoints map
-	regEPPort  = 15 // NFT_REG32_07: endpoint port
-)
-
 // masqueradeMark is the packet mark bit asking the postrouting chain to
 // masquerade; kube-proxy's default (0x4000), so takeover keeps CNI
 // assumptions intact.
@@ -29,23 +17,10 @@ const masqueradeMark = 0x4000
 // was rewritten (IPS_DST_NAT).
 const ipsDstNAT = 1 << 5
 
-func loadDaddr(reg uint32) expr.Any {
-	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}
-}
-
-func loadSaddr(reg uint32) expr.Any {
-	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}
-}
-
 func loadL4Proto(reg uint32) expr.Any { return &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg} }
 
 func loadDport(reg uint32) expr.Any {
 	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
-}
-
-// ipKeyExprs loads "ip daddr . meta l4proto . th dport" starting at regKey.
-func ipKeyExprs() []expr.Any {
-	return []expr.Any{loadDaddr(regKey), loadL4Proto(regKey + 1), loadDport(regKey + 2)}
 }
 
 // portKeyExprs loads "meta l4proto . th dport" starting at regKey.
@@ -142,34 +117,7 @@ func daddrLocal() []expr.Any {
 	}
 }
 
-// daddrNotLoopback matches destinations outside 127.0.0.0/8.
-func daddrNotLoopback() []expr.Any { return addrInLoopback(loadDaddr(regScratch), false) }
 
-// addrInLoopback matches when the address load puts in regScratch is (in)
-// or is not (!in) inside 127.0.0.0/8.
-func addrInLoopback(load expr.Any, in bool) []expr.Any {
-	op := expr.CmpOpNeq
-	if in {
-		op = expr.CmpOpEq
-	}
-	return []expr.Any{
-		load,
-		&expr.Bitwise{SourceRegister: regScratch, DestRegister: regScratch, Len: 4,
-			Mask: []byte{255, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}},
-		&expr.Cmp{Op: op, Register: regScratch, Data: []byte{127, 0, 0, 0}},
-	}
-}
-
-// pickAndDNAT chooses a bucket at random among weight buckets of the target in
-// regTarget and rewrites the destination to that bucket's endpoint.
-func pickAndDNAT(weight uint32, endpointsMap string) []expr.Any {
-	return []expr.Any{
-		&expr.Numgen{Register: regBucket, Modulus: weight, Type: unix.NFT_NG_RANDOM},
-		mapTo(regTarget, endpointsMap, regEPAddr),
-		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4,
-			RegAddrMin: regEPAddr, RegProtoMin: regEPPort, Specified: true},
-	}
-}
 
 func masquerade() expr.Any { return &expr.Masq{FullyRandom: true} }
 
@@ -179,9 +127,6 @@ func isTCP() []expr.Any {
 
 func rejectTCPReset() expr.Any { return &expr.Reject{Type: unix.NFT_REJECT_TCP_RST} }
 
-func rejectPortUnreachable() expr.Any {
-	return &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: icmpPortUnreachable}
-}
 
 func drop() expr.Any { return &expr.Verdict{Kind: expr.VerdictDrop} }
 
@@ -200,6 +145,3 @@ func concat(parts ...[]byte) []byte {
 	return out
 }
 
-// icmpPortUnreachable is ICMP destination-unreachable code 3: a TCP client
-// sees it as "connection refused".
-const icmpPortUnreachable = 3

@@ -61,11 +61,13 @@ func testPlan(svcs ...*plan.Service) *plan.Plan {
 	return p
 }
 
-func offlineBackend(opts Options) *Backend {
+// offlineBackend returns the IPv4 table of a backend that never talks to
+// the kernel: its transactions are only rendered.
+func offlineBackend(opts Options) *table {
 	if opts.Table == "" {
 		opts.Table = "weir"
 	}
-	return &Backend{layout: &layout{table: tableFor(opts.Table), opts: opts}, state: newState()}
+	return newTables(opts)[0]
 }
 
 func TestGoldenFullSync(t *testing.T) {
@@ -147,7 +149,7 @@ func TestBucketsFollowWeights(t *testing.T) {
 			eps = append(eps, ep(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}).String(), 80, w))
 		}
 		got := map[netip.AddrPort]int{}
-		for _, b := range buckets(eps, false) {
+		for _, b := range buckets(famV4, eps, false) {
 			got[b]++
 		}
 		for i, e := range eps {
@@ -156,4 +158,18 @@ func TestBucketsFollowWeights(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestGoldenIPv6 renders the ip6 table of a dual-stack plan.
+func TestGoldenIPv6(t *testing.T) {
+	tb := newTables(Options{Table: "weir", ClusterCIDRs: []netip.Prefix{
+		netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}})[1]
+	web := svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 30080,
+		ep("10.244.0.11", 8080, 1), ep("fd00:10:244::11", 8080, 1), ep("fd00:10:244::12", 8080, 1))
+	web.ClusterIPs = append(web.ClusterIPs, netip.MustParseAddr("fd00:10:96::10"))
+	web.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("2001:db8::5")}
+	web.SourceRanges = []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")}
+	web.Affinity = &plan.Affinity{TimeoutSeconds: 30}
+	tx, _ := tb.fullTxn(testPlan(web))
+	golden(t, "full-ipv6.nft", tx.String())
 }

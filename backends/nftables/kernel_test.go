@@ -171,9 +171,10 @@ func TestKernelFailedTransactionKeepsRules(t *testing.T) {
 	// deleting it sends element deletions the kernel rejects, failing the
 	// whole transaction, which also carries a real change to web.
 	ghost := svc("default", "ghost", "", plan.TCP, "10.96.0.99", 80, 0, podEP(podC, 1))
-	b.state.services[ghost.Key] = newServiceState(ghost, 999)
-	b.state.maps[1]++
-	b.state.chains[pickSpec{kind: pickCluster, weight: 1}]++
+	v4 := b.tables[0].state
+	v4.services[ghost.Key] = newServiceState(ghost, 999, famV4)
+	v4.maps[1]++
+	v4.chains[pickSpec{kind: pickCluster, weight: 1}]++
 	moved := web.Clone()
 	moved.Endpoints = []plan.Endpoint{podEP(podB, 1)}
 	p.Services[web.Key] = moved
@@ -209,7 +210,7 @@ func TestKernelOneChangeTouchesOneService(t *testing.T) {
 	p.Services[changedKey] = changed
 	mustSync(t, b, p, []plan.Key{changedKey})
 
-	target := b.state.services[changedKey].internal.target
+	target := b.tables[0].state.services[changedKey].internal.target
 	got := <-events
 	if len(got) == 0 {
 		t.Fatal("saw no element changes for the one-service transaction")

@@ -41,18 +41,18 @@ const (
 func endpointsMap(w uint32) string { return fmt.Sprintf("endpoints-%d", w) }
 
 var (
-	ipKeyType   = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
 	portKeyType = nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
 	bucketType  = nftables.MustConcatSetType(nftables.TypeInteger, nftables.TypeInteger)
-	addrPort    = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)
-	addrAddr    = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)
-	allowType   = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeIPAddr)
 )
 
 // layout builds the kernel objects of one table.
 type layout struct {
 	table *nftables.Table
+	fam   *family
 	opts  Options
+	// noNodePorts is set when nodePortAddresses lists only CIDRs of the
+	// other family: this table serves no node port.
+	noNodePorts bool
 	// refill is set while base rewrites objects that may already exist.
 	refill bool
 }
@@ -78,13 +78,13 @@ func (l *layout) dataMap(name string, key, data nftables.SetDatatype) *nftables.
 // affinityMap remembers each ClientIP-affinity client's bucket; entries
 // expire after the service's timeout unless refreshed by a new connection.
 func (l *layout) affinityMap() *nftables.Set {
-	m := l.dataMap(setAffinity, nftables.MustConcatSetType(nftables.TypeInteger, nftables.TypeIPAddr), bucketType)
+	m := l.dataMap(setAffinity, nftables.MustConcatSetType(nftables.TypeInteger, l.fam.addrType), bucketType)
 	m.HasTimeout, m.Dynamic = true, true
 	return m
 }
 
 func (l *layout) intervalSet(name string) *nftables.Set {
-	s := l.set(name, nftables.TypeIPAddr)
+	s := l.set(name, l.fam.addrType)
 	s.Interval = true
 	return s
 }
@@ -97,20 +97,20 @@ func (l *layout) base(t *txn, refill bool) {
 	l.refill = refill
 	defer func() { l.refill = false }()
 	for _, s := range []*nftables.Set{
-		l.dataMap(setServiceIPs, ipKeyType, nftables.TypeVerdict),
-		l.dataMap(setIPTargets, ipKeyType, nftables.TypeInteger),
+		l.dataMap(setServiceIPs, l.fam.ipKeyType(), nftables.TypeVerdict),
+		l.dataMap(setIPTargets, l.fam.ipKeyType(), nftables.TypeInteger),
 		l.dataMap(setNodePorts, portKeyType, nftables.TypeVerdict),
 		l.dataMap(setNPTargets, portKeyType, nftables.TypeInteger),
-		l.set(setNoEPIPs, ipKeyType),
+		l.set(setNoEPIPs, l.fam.ipKeyType()),
 		l.set(setNoEPNodePorts, portKeyType),
-		l.set(setDropIPs, ipKeyType),
+		l.set(setDropIPs, l.fam.ipKeyType()),
 		l.set(setDropNodePorts, portKeyType),
-		l.set(setHairpin, addrAddr),
-		l.dataMap(setShortIPs, ipKeyType, nftables.TypeVerdict),
-		l.dataMap(setShortIPTargets, ipKeyType, nftables.TypeInteger),
+		l.set(setHairpin, l.fam.addrAddrType()),
+		l.dataMap(setShortIPs, l.fam.ipKeyType(), nftables.TypeVerdict),
+		l.dataMap(setShortIPTargets, l.fam.ipKeyType(), nftables.TypeInteger),
 		l.dataMap(setShortNodePorts, portKeyType, nftables.TypeVerdict),
 		l.dataMap(setShortNPTargets, portKeyType, nftables.TypeInteger),
-		l.set(setFirewallIPs, ipKeyType),
+		l.set(setFirewallIPs, l.fam.ipKeyType()),
 		l.firewallAllowSet(),
 	} {
 		l.addSet(t, s)
@@ -127,7 +127,7 @@ func (l *layout) base(t *txn, refill bool) {
 // firewallAllowSet holds, per load-balancer address and port, the source
 // ranges allowed to use it.
 func (l *layout) firewallAllowSet() *nftables.Set {
-	s := l.set(setFirewallAllow, allowType)
+	s := l.set(setFirewallAllow, l.fam.allowType())
 	s.Interval = true
 	return s
 }
@@ -141,11 +141,11 @@ func (l *layout) firewallRules(t *txn) {
 	if l.opts.LocalhostNodePorts {
 		t.add(op{kind: opAddRule, chain: c, rule: &rule{
 			text:  "ct state new ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 drop",
-			exprs: append(append(append(ctStateNew(), addrInLoopback(loadDaddr(regScratch), true)...), addrInLoopback(loadSaddr(regScratch), false)...), drop()),
+			exprs: append(append(append(ctStateNew(), l.fam.addrInLoopback(l.fam.loadDaddr(regScratch), true)...), l.fam.addrInLoopback(l.fam.loadSaddr(regScratch), false)...), drop()),
 		}})
 	}
-	exprs := append(append(ctStateNew(), ipKeyExprs()...), lookup(regKey, setFirewallIPs, false),
-		loadSaddr(regKey+3), lookup(regKey, setFirewallAllow, true), drop())
+	exprs := append(append(ctStateNew(), l.fam.ipKeyExprs()...), lookup(regKey, setFirewallIPs, false),
+		l.fam.loadSaddr(regKey+l.fam.addrWords()+2), lookup(regKey, setFirewallAllow, true), drop())
 	t.add(op{kind: opAddRule, chain: c, rule: &rule{
 		text: fmt.Sprintf("ct state new ip daddr . meta l4proto . th dport @%s ip daddr . meta l4proto . th dport . ip saddr != @%s drop",
 			setFirewallIPs, setFirewallAllow),
@@ -178,8 +178,9 @@ func (l *layout) cidrSets(t *txn) {
 	if l.opts.LocalDetector == DetectNodeCIDR {
 		l.addSet(t, l.intervalSet(setPodCIDRs))
 	}
-	if l.opts.NodePortPrimary {
-		l.addSet(t, l.intervalSet(setNodePortCIDRs)) // filled from the node's addresses
+	if l.opts.NodePortPrimary || l.noNodePorts {
+		// Filled from the node's addresses, or left empty.
+		l.addSet(t, l.intervalSet(setNodePortCIDRs))
 	} else if len(l.opts.NodePortCIDRs) > 0 {
 		s := l.intervalSet(setNodePortCIDRs)
 		l.addSet(t, s)
@@ -218,7 +219,7 @@ func (l *layout) serviceRules(t *txn) {
 	l.shortCircuitRules(t, c)
 	t.add(op{kind: opAddRule, chain: c, rule: &rule{
 		text:  "ip daddr . meta l4proto . th dport vmap @" + setServiceIPs,
-		exprs: append(ipKeyExprs(), mapTo(regKey, setServiceIPs, regVerdict)),
+		exprs: append(l.fam.ipKeyExprs(), mapTo(regKey, setServiceIPs, regVerdict)),
 	}})
 	exprs, text := l.nodePortMatch()
 	t.add(op{kind: opAddRule, chain: c, rule: &rule{
@@ -230,12 +231,12 @@ func (l *layout) serviceRules(t *txn) {
 // nodePortMatch matches destinations that accept node ports.
 func (l *layout) nodePortMatch() ([]expr.Any, string) {
 	exprs, text := daddrLocal(), "fib daddr type local "
-	restricted := len(l.opts.NodePortCIDRs) > 0 || l.opts.NodePortPrimary
+	restricted := len(l.opts.NodePortCIDRs) > 0 || l.opts.NodePortPrimary || l.noNodePorts
 	if !l.opts.LocalhostNodePorts || restricted {
-		exprs, text = append(exprs, daddrNotLoopback()...), text+"ip daddr != 127.0.0.0/8 "
+		exprs, text = append(exprs, l.fam.daddrNotLoopback()...), text+"ip daddr != "+l.fam.loopback.String()+" "
 	}
 	if restricted {
-		exprs = append(exprs, loadDaddr(regKey), lookup(regKey, setNodePortCIDRs, false))
+		exprs = append(exprs, l.fam.loadDaddr(regKey), lookup(regKey, setNodePortCIDRs, false))
 		text += "ip daddr @" + setNodePortCIDRs + " "
 	}
 	return exprs, text
@@ -248,7 +249,7 @@ func (l *layout) masqueradeRules(t *txn) {
 		text:  fmt.Sprintf("meta mark & %#x != 0 meta mark set meta mark & %#x masquerade fully-random", masqueradeMark, ^uint32(masqueradeMark)),
 		exprs: append(exprs, masquerade()),
 	}})
-	exprs = append(ctStatusDNAT(), loadSaddr(regKey), loadDaddr(regKey+1), lookup(regKey, setHairpin, false), masquerade())
+	exprs = append(ctStatusDNAT(), l.fam.loadSaddr(regKey), l.fam.loadDaddr(regKey+l.fam.addrWords()), lookup(regKey, setHairpin, false), masquerade())
 	t.add(op{kind: opAddRule, chain: c, rule: &rule{
 		text:  "ct status dnat ip saddr . ip daddr @" + setHairpin + " masquerade fully-random",
 		exprs: exprs,
@@ -262,7 +263,7 @@ func (l *layout) endpointCheckRules(t *txn) {
 		exprs []expr.Any
 	}{
 		{"ct state new ip daddr . meta l4proto . th dport @" + setNoEPIPs,
-			append(append(ctStateNew(), ipKeyExprs()...), lookup(regKey, setNoEPIPs, false))},
+			append(append(ctStateNew(), l.fam.ipKeyExprs()...), lookup(regKey, setNoEPIPs, false))},
 		{"ct state new fib daddr type local meta l4proto . th dport @" + setNoEPNodePorts,
 			append(append(append(ctStateNew(), daddrLocal()...), portKeyExprs()...), lookup(regKey, setNoEPNodePorts, false))},
 	}
@@ -274,14 +275,14 @@ func (l *layout) endpointCheckRules(t *txn) {
 			text:  m.text + " meta l4proto tcp reject with tcp reset",
 			exprs: append(append(slices.Clone(m.exprs), isTCP()...), rejectTCPReset()),
 		}})
-		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: m.text + " reject", exprs: append(m.exprs, rejectPortUnreachable())}})
+		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: m.text + " reject", exprs: append(m.exprs, l.fam.rejectPortUnreachable())}})
 	}
 	drops := []struct {
 		text  string
 		exprs []expr.Any
 	}{
 		{"ct state new ip daddr . meta l4proto . th dport @" + setDropIPs + " drop",
-			append(append(ctStateNew(), ipKeyExprs()...), lookup(regKey, setDropIPs, false))},
+			append(append(ctStateNew(), l.fam.ipKeyExprs()...), lookup(regKey, setDropIPs, false))},
 		{"ct state new fib daddr type local meta l4proto . th dport @" + setDropNodePorts + " drop",
 			append(append(append(ctStateNew(), daddrLocal()...), portKeyExprs()...), lookup(regKey, setDropNodePorts, false))},
 	}
@@ -293,11 +294,11 @@ func (l *layout) endpointCheckRules(t *txn) {
 // addEndpointsMap appends the map holding the buckets of every pool of total
 // weight w.
 func (l *layout) addEndpointsMap(t *txn, w uint32) {
-	t.add(op{kind: opAddSet, set: l.dataMap(endpointsMap(w), bucketType, addrPort)})
+	t.add(op{kind: opAddSet, set: l.dataMap(endpointsMap(w), bucketType, l.fam.addrPortType())})
 }
 
 func (l *layout) delEndpointsMap(t *txn, w uint32) {
-	t.add(op{kind: opDelSet, set: l.dataMap(endpointsMap(w), bucketType, addrPort)})
+	t.add(op{kind: opDelSet, set: l.dataMap(endpointsMap(w), bucketType, l.fam.addrPortType())})
 }
 
 // delPickChain removes a pick chain once no element refers to it.
@@ -318,7 +319,7 @@ func (l *layout) clusterMasqueradeRule() *rule {
 	case l.opts.LocalDetector == DetectNodeCIDR:
 		return &rule{
 			text:  fmt.Sprintf("ip saddr != @%s %s", setPodCIDRs, markText),
-			exprs: append([]expr.Any{loadSaddr(regKey), lookup(regKey, setPodCIDRs, true)}, mark...),
+			exprs: append([]expr.Any{l.fam.loadSaddr(regKey), lookup(regKey, setPodCIDRs, true)}, mark...),
 		}
 	case l.opts.LocalDetector == DetectInterfaceNamePrefix:
 		return &rule{
@@ -328,7 +329,7 @@ func (l *layout) clusterMasqueradeRule() *rule {
 	case len(l.opts.ClusterCIDRs) > 0:
 		return &rule{
 			text:  fmt.Sprintf("ip saddr != @%s %s", setClusterCIDRs, markText),
-			exprs: append([]expr.Any{loadSaddr(regKey), lookup(regKey, setClusterCIDRs, true)}, mark...),
+			exprs: append([]expr.Any{l.fam.loadSaddr(regKey), lookup(regKey, setClusterCIDRs, true)}, mark...),
 		}
 	}
 	return nil

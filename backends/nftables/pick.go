@@ -52,16 +52,16 @@ func (p pickSpec) chain() string {
 
 // keyExprs loads the chain's lookup key at regKey and returns the map that
 // turns it into a target id.
-func (p pickSpec) keyExprs() ([]expr.Any, string, string) {
+func (p pickSpec) keyExprs(f *family) ([]expr.Any, string, string) {
 	switch p.kind {
 	case pickNodePort, pickNodePortLocal:
 		return portKeyExprs(), setNPTargets, "meta l4proto . th dport"
 	case pickShortNP:
 		return portKeyExprs(), setShortNPTargets, "meta l4proto . th dport"
 	case pickShortIP:
-		return ipKeyExprs(), setShortIPTargets, "ip daddr . meta l4proto . th dport"
+		return f.ipKeyExprs(), setShortIPTargets, "ip daddr . meta l4proto . th dport"
 	}
-	return ipKeyExprs(), setIPTargets, "ip daddr . meta l4proto . th dport"
+	return f.ipKeyExprs(), setIPTargets, "ip daddr . meta l4proto . th dport"
 }
 
 // addPickChain appends the chain for spec with its rules.
@@ -78,19 +78,19 @@ func (l *layout) addPickChain(t *txn, spec pickSpec) {
 		// A reply cannot go back to 127.0.0.1 from a pod: masquerade localhost.
 		t.add(op{kind: opAddRule, chain: c, rule: &rule{
 			text:  fmt.Sprintf("ip saddr 127.0.0.0/8 meta mark set meta mark | %#x", masqueradeMark),
-			exprs: append(addrInLoopback(loadSaddr(regScratch), true), setMarkBit(masqueradeMark, false)...),
+			exprs: append(l.fam.addrInLoopback(l.fam.loadSaddr(regScratch), true), setMarkBit(masqueradeMark, false)...),
 		}})
 	}
 	if spec.affinity > 0 {
-		t.add(op{kind: opAddRule, chain: c, rule: stickyHitRule(spec)})
-		t.add(op{kind: opAddRule, chain: c, rule: stickyNewRule(spec)})
+		t.add(op{kind: opAddRule, chain: c, rule: stickyHitRule(l.fam, spec)})
+		t.add(op{kind: opAddRule, chain: c, rule: stickyNewRule(l.fam, spec)})
 		return
 	}
-	key, targets, keyText := spec.keyExprs()
+	key, targets, keyText := spec.keyExprs(l.fam)
 	w := spec.weight
 	t.add(op{kind: opAddRule, chain: c, rule: &rule{
 		text:  fmt.Sprintf("dnat to %s map @%s . numgen random mod %d map @%s", keyText, targets, w, endpointsMap(w)),
-		exprs: append(append(key, mapTo(regKey, targets, regTarget)), pickAndDNAT(w, endpointsMap(w))...),
+		exprs: append(append(key, mapTo(regKey, targets, l.fam.regTarget())), l.fam.pickAndDNAT(w, endpointsMap(w))...),
 	}})
 }
 
@@ -106,26 +106,20 @@ func (l *layout) masqueradeRule(kind pickKind) *rule {
 	return nil
 }
 
-// Registers of the sticky rules, after the key (regKey..regKey+2) is used.
-const (
-	regStickyTarget = 11 // target id, then the client address at 12
-	regStickyData   = 13 // target . bucket, the endpoints map key
-	regStickyEP     = 15 // endpoint address, then port at 16
-	regStickyKey2   = 17 // target again, then the client address at 18
-)
-
 // stickyHitRule sends a client with a live affinity entry to the bucket it
-// had, refreshing the entry's timeout.
-func stickyHitRule(spec pickSpec) *rule {
-	key, targets, keyText := spec.keyExprs()
+// had, refreshing the entry's timeout. Registers: the key from regKey, the
+// target at regTarget with the client address after it (the affinity key),
+// the entry's "target . bucket" back at regKey, the endpoint at regEP.
+func stickyHitRule(f *family, spec pickSpec) *rule {
+	key, targets, keyText := spec.keyExprs(f)
 	w := spec.weight
 	exprs := append(key,
-		mapTo(regKey, targets, regStickyTarget),
-		loadSaddr(regStickyTarget+1),
-		mapTo(regStickyTarget, setAffinity, regStickyData),
-		mapTo(regStickyData, endpointsMap(w), regStickyEP),
-		updateAffinity(regStickyTarget, regStickyData, spec.affinity),
-		dnatTo(regStickyEP))
+		mapTo(regKey, targets, f.regTarget()),
+		f.loadSaddr(f.regTarget()+1),
+		mapTo(f.regTarget(), setAffinity, regKey),
+		mapTo(regKey, endpointsMap(w), f.regEP()),
+		updateAffinity(f.regTarget(), regKey, spec.affinity),
+		f.dnat(f.regEP()))
 	return &rule{
 		text: fmt.Sprintf("%s map @%s . ip saddr map @%s update @%s timeout %ds, dnat to that bucket of @%s",
 			keyText, targets, setAffinity, setAffinity, spec.affinity, endpointsMap(w)),
@@ -134,17 +128,20 @@ func stickyHitRule(spec pickSpec) *rule {
 }
 
 // stickyNewRule draws a bucket for a client without an entry and records it.
-func stickyNewRule(spec pickSpec) *rule {
-	key, targets, keyText := spec.keyExprs()
+// Registers: "target . bucket" at regTarget, the endpoint at regEP, then
+// the target again at regKey (over the key, no longer needed) with the
+// client address after it.
+func stickyNewRule(f *family, spec pickSpec) *rule {
+	key, targets, keyText := spec.keyExprs(f)
 	w := spec.weight
 	exprs := append(key,
-		mapTo(regKey, targets, regStickyData),
-		&expr.Numgen{Register: regStickyData + 1, Modulus: w, Type: unix.NFT_NG_RANDOM},
-		mapTo(regStickyData, endpointsMap(w), regStickyEP),
-		mapTo(regKey, targets, regStickyKey2),
-		loadSaddr(regStickyKey2+1),
-		updateAffinity(regStickyKey2, regStickyData, spec.affinity),
-		dnatTo(regStickyEP))
+		mapTo(regKey, targets, f.regTarget()),
+		&expr.Numgen{Register: f.regBucket(), Modulus: w, Type: unix.NFT_NG_RANDOM},
+		mapTo(f.regTarget(), endpointsMap(w), f.regEP()),
+		mapTo(regKey, targets, regKey),
+		f.loadSaddr(regKey+1),
+		updateAffinity(regKey, f.regTarget(), spec.affinity),
+		f.dnat(f.regEP()))
 	return &rule{
 		text: fmt.Sprintf("%s map @%s . numgen random mod %d: record in @%s timeout %ds, dnat to that bucket of @%s",
 			keyText, targets, w, setAffinity, spec.affinity, endpointsMap(w)),
@@ -155,8 +152,4 @@ func stickyNewRule(spec pickSpec) *rule {
 func updateAffinity(keyReg, dataReg, seconds uint32) expr.Any {
 	return &expr.Dynset{SrcRegKey: keyReg, SrcRegData: dataReg, SetName: setAffinity,
 		Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: time.Duration(seconds) * time.Second}
-}
-
-func dnatTo(reg uint32) expr.Any {
-	return &expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg, RegProtoMin: reg + 1, Specified: true}
 }

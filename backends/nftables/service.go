@@ -55,22 +55,18 @@ type serviceState struct {
 // service has nothing this backend can program (no IPv4 address, no node
 // port). A service takes two target ids: target for internal traffic and
 // target+1 for external traffic when it differs.
-func newServiceState(svc *plan.Service, target uint32) *serviceState {
+func newServiceState(svc *plan.Service, target uint32, f *family) *serviceState {
 	if _, err := protoNumber(svc.Key.Protocol); err != nil {
 		return nil
 	}
 	st := &serviceState{proto: svc.Key.Protocol, port: svc.Port, nodePort: svc.NodePort,
 		externalLocal: svc.ExternalLocal, internalLocal: svc.InternalLocal}
-	st.ips = ipv4(svc.ClusterIPs)
-	st.extIPs = ipv4(append(slices.Clone(svc.ExternalIPs), svc.LoadBalancerIPs...))
-	for _, r := range svc.SourceRanges {
-		if r.Addr().Is4() {
-			st.ranges = append(st.ranges, r)
-		}
-	}
+	st.ips = inFamily(f, svc.ClusterIPs)
+	st.extIPs = inFamily(f, append(slices.Clone(svc.ExternalIPs), svc.LoadBalancerIPs...))
+	st.ranges = prefixesOf(f, svc.SourceRanges)
 	if len(svc.SourceRanges) > 0 {
-		// Ranges of the other family only still close the IPv4 addresses.
-		st.lbIPs = ipv4(svc.LoadBalancerIPs)
+		// Ranges of the other family only still close this family's addresses.
+		st.lbIPs = inFamily(f, svc.LoadBalancerIPs)
 	}
 	if len(st.ips) == 0 && len(st.extIPs) == 0 && st.nodePort == 0 {
 		return nil
@@ -78,19 +74,20 @@ func newServiceState(svc *plan.Service, target uint32) *serviceState {
 	if svc.Affinity != nil {
 		st.affinity = max(svc.Affinity.TimeoutSeconds, 1)
 	}
-	st.internal = pool{target: target, buckets: buckets(svc.Endpoints, svc.InternalLocal)}
-	st.external = pool{target: target, buckets: buckets(svc.Endpoints, svc.ExternalLocal)}
+	st.internal = pool{target: target, buckets: buckets(f, svc.Endpoints, svc.InternalLocal)}
+	st.external = pool{target: target, buckets: buckets(f, svc.Endpoints, svc.ExternalLocal)}
 	if svc.InternalLocal != svc.ExternalLocal {
 		st.external.target = target + 1
 	}
-	st.hasEndpoints = slices.ContainsFunc(svc.Endpoints, func(e plan.Endpoint) bool { return e.Address.Is4() })
+	st.hasEndpoints = slices.ContainsFunc(svc.Endpoints, func(e plan.Endpoint) bool { return f.is(e.Address) })
 	return st
 }
 
-func ipv4(addrs []netip.Addr) []netip.Addr {
+// inFamily returns the distinct addresses of family f.
+func inFamily(f *family, addrs []netip.Addr) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range addrs {
-		if a.Is4() && !slices.Contains(out, a) {
+		if f.is(a) && !slices.Contains(out, a) {
 			out = append(out, a)
 		}
 	}
@@ -111,11 +108,11 @@ func (s *serviceState) pools() []pool {
 // buckets spreads the endpoints serving one traffic policy (the local set
 // or the cluster set) over buckets in proportion to their weights, reduced
 // by their greatest common divisor and capped at maxBuckets.
-func buckets(eps []plan.Endpoint, local bool) []netip.AddrPort {
+func buckets(f *family, eps []plan.Endpoint, local bool) []netip.AddrPort {
 	var weights []uint64
 	var addrs []netip.AddrPort
 	for _, e := range eps {
-		if e.Weight == 0 || !e.Address.Is4() || (local && !e.ForLocal) || (!local && !e.ForCluster) {
+		if e.Weight == 0 || !f.is(e.Address) || (local && !e.ForLocal) || (!local && !e.ForCluster) {
 			continue
 		}
 		weights = append(weights, uint64(e.Weight))

@@ -37,7 +37,7 @@ func (l *layout) shortCircuitRules(t *txn, c *nftables.Chain) {
 	for _, o := range origins {
 		t.add(op{kind: opAddRule, chain: c, rule: &rule{
 			text:  o.text + "ip daddr . meta l4proto . th dport vmap @" + setShortIPs,
-			exprs: append(append(clone(o.exprs), ipKeyExprs()...), mapTo(regKey, setShortIPs, regVerdict)),
+			exprs: append(append(clone(o.exprs), l.fam.ipKeyExprs()...), mapTo(regKey, setShortIPs, regVerdict)),
 		}})
 		t.add(op{kind: opAddRule, chain: c, rule: &rule{
 			text:  o.text + npText + "meta l4proto . th dport vmap @" + setShortNodePorts,
@@ -51,11 +51,11 @@ func (l *layout) shortCircuitRules(t *txn, c *nftables.Chain) {
 func (l *layout) podSource() (string, []expr.Any) {
 	switch {
 	case l.opts.LocalDetector == DetectNodeCIDR:
-		return "ip saddr @" + setPodCIDRs + " ", []expr.Any{loadSaddr(regKey), lookup(regKey, setPodCIDRs, false)}
+		return "ip saddr @" + setPodCIDRs + " ", []expr.Any{l.fam.loadSaddr(regKey), lookup(regKey, setPodCIDRs, false)}
 	case l.opts.LocalDetector == DetectInterfaceNamePrefix:
 		return fmt.Sprintf("iifname %q ", l.opts.PodInterfacePrefix+"*"), iifnamePrefix(l.opts.PodInterfacePrefix)
 	case len(l.opts.ClusterCIDRs) > 0:
-		return "ip saddr @" + setClusterCIDRs + " ", []expr.Any{loadSaddr(regKey), lookup(regKey, setClusterCIDRs, false)}
+		return "ip saddr @" + setClusterCIDRs + " ", []expr.Any{l.fam.loadSaddr(regKey), lookup(regKey, setClusterCIDRs, false)}
 	}
 	return "", nil
 }

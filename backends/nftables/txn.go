@@ -76,7 +76,11 @@ func (t *txn) empty() bool { return len(t.ops) == 0 }
 // element per line so golden-file diffs stay readable.
 func (t *txn) String() string {
 	var b strings.Builder
-	tbl := "ip " + t.table.Name
+	kw := "ip"
+	if t.table.Family == nftables.TableFamilyIPv6 {
+		kw = "ip6"
+	}
+	tbl := kw + " " + t.table.Name
 	for _, o := range t.ops {
 		switch o.kind {
 		case opAddTable:
@@ -88,7 +92,11 @@ func (t *txn) String() string {
 		case opDelChain:
 			fmt.Fprintf(&b, "delete chain %s %s\n", tbl, o.chain.Name)
 		case opAddRule:
-			fmt.Fprintf(&b, "add rule %s %s %s\n", tbl, o.chain.Name, o.rule.text)
+			text := o.rule.text
+			if kw == "ip6" {
+				text = strings.NewReplacer("ip daddr", "ip6 daddr", "ip saddr", "ip6 saddr").Replace(text)
+			}
+			fmt.Fprintf(&b, "add rule %s %s %s\n", tbl, o.chain.Name, text)
 		case opAddSet:
 			fmt.Fprintf(&b, "add %s %s %s { %s }\n", setWord(o.set), tbl, o.set.Name, setSpec(o.set))
 		case opDelSet:
@@ -103,7 +111,7 @@ func (t *txn) String() string {
 				verb = "delete"
 			}
 			for _, e := range o.elems {
-				fmt.Fprintf(&b, "%s element %s %s { %s }\n", verb, tbl, o.set.Name, describe(o.set.Name, e))
+				fmt.Fprintf(&b, "%s element %s %s { %s }\n", verb, tbl, o.set.Name, describe(addrLenOf(t.table), o.set.Name, e))
 			}
 		}
 	}

@@ -1,0 +1,126 @@
+package nftables
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/weirproxy/weir/sdk/plan"
+)
+
+// table is one family's table: its layout and what was committed to it.
+type table struct {
+	layout *layout
+	state  *state
+	// synced is false until a full sync succeeds; partial syncs before that
+	// are promoted to full ones.
+	synced bool
+}
+
+// newTables returns the IPv4 and IPv6 tables, each with the options that
+// concern its family.
+func newTables(opts Options) []*table {
+	var out []*table
+	for _, f := range []*family{famV4, famV6} {
+		o := opts
+		o.ClusterCIDRs = prefixesOf(f, opts.ClusterCIDRs)
+		o.NodePortCIDRs = prefixesOf(f, opts.NodePortCIDRs)
+		restricted := len(opts.NodePortCIDRs) > 0 && len(o.NodePortCIDRs) == 0
+		o.LocalhostNodePorts = opts.LocalhostNodePorts && f == famV4
+		l := &layout{table: &nftables.Table{Name: opts.Table, Family: f.table}, fam: f, opts: o, noNodePorts: restricted}
+		out = append(out, &table{layout: l, state: newState()})
+	}
+	return out
+}
+
+// prefixesOf returns the prefixes of family f, masked.
+func prefixesOf(f *family, in []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range in {
+		if f.is(p.Addr()) {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// fullTxn builds the transaction that rewrites the whole table from p. The
+// first one of a process replaces the table outright. Later ones empty and
+// refill every object instead, keeping the table, the affinity map and each
+// service's target id, so ClientIP affinity survives periodic full syncs.
+func (tb *table) fullTxn(p *plan.Plan) (*txn, *changes) {
+	l := tb.layout
+	t := &txn{table: l.table}
+	if !tb.synced {
+		// Adding first makes the delete valid when the table does not exist yet.
+		t.add(op{kind: opAddTable})
+		t.add(op{kind: opDelTable})
+	}
+	l.base(t, tb.synced)
+	if tb.synced {
+		for _, spec := range sortedSpecs(tb.state.chains) {
+			l.delPickChain(t, spec)
+		}
+		for _, w := range sortedKeys(tb.state.maps) {
+			l.delEndpointsMap(t, w)
+		}
+	}
+	c := newChanges(newState(), l.fam)
+	c.prior = tb.state
+	for _, k := range p.Keys() {
+		c.update(k, p.Services[k])
+	}
+	c.write(t, l)
+	tb.writeNodeSets(t, c, p, true)
+	return t, c
+}
+
+// partialTxn builds the transaction for the changed keys only.
+func (tb *table) partialTxn(p *plan.Plan, changed []plan.Key) (*txn, *changes) {
+	t := &txn{table: tb.layout.table}
+	c := newChanges(tb.state, tb.layout.fam)
+	seen := make(map[plan.Key]bool, len(changed))
+	for _, k := range changed {
+		if !seen[k] {
+			seen[k] = true
+			c.update(k, p.Services[k])
+		}
+	}
+	c.write(t, tb.layout)
+	tb.writeNodeSets(t, c, p, false)
+	return t, c
+}
+
+// writeNodeSets keeps the sets that follow the Node object up to date: its
+// podCIDRs (local detection by NodeCIDR) and its addresses
+// (nodePortAddresses primary), of the table's family.
+func (tb *table) writeNodeSets(t *txn, c *changes, p *plan.Plan, full bool) {
+	opts, f := tb.layout.opts, tb.layout.fam
+	if opts.LocalDetector == DetectNodeCIDR {
+		c.podCIDRs = prefixesOf(f, p.Node.PodCIDRs)
+		tb.refillSet(t, setPodCIDRs, c.podCIDRs, c.base.podCIDRs, full)
+	}
+	if opts.NodePortPrimary {
+		var hosts []netip.Prefix
+		for _, a := range p.Node.Addresses {
+			if f.is(a) {
+				hosts = append(hosts, netip.PrefixFrom(a, a.BitLen()))
+			}
+		}
+		c.nodeAddrs = hosts
+		tb.refillSet(t, setNodePortCIDRs, hosts, c.base.nodeAddrs, full)
+	}
+}
+
+// refillSet replaces an interval set's contents when they changed (always
+// in a full sync, where base has just created or emptied the set).
+func (tb *table) refillSet(t *txn, name string, cur, old []netip.Prefix, full bool) {
+	if !full && slices.Equal(cur, old) {
+		return
+	}
+	set := tb.layout.intervalSet(name)
+	if !full {
+		t.add(op{kind: opFlushSet, set: set})
+	}
+	t.addElems(set, prefixElements(cur)...)
+}
