@@ -117,8 +117,6 @@ func daddrLocal() []expr.Any {
 	}
 }
 
-
-
 func masquerade() expr.Any { return &expr.Masq{FullyRandom: true} }
 
 func isTCP() []expr.Any {
@@ -126,7 +124,6 @@ func isTCP() []expr.Any {
 }
 
 func rejectTCPReset() expr.Any { return &expr.Reject{Type: unix.NFT_REJECT_TCP_RST} }
-
 
 func drop() expr.Any { return &expr.Verdict{Kind: expr.VerdictDrop} }
 
@@ -144,4 +141,3 @@ func concat(parts ...[]byte) []byte {
 	}
 	return out
 }
-
