@@ -8,6 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // peerName is the name of the far end of every veth: the client's and each
@@ -46,21 +47,36 @@ func addVeth(ns *Namespace, name string, peer *Namespace) error {
 // loopbackUp brings up lo in ns.
 func loopbackUp(ns *Namespace) error {
 	return withHandle(ns, func(h *netlink.Handle) error {
-		_, err := configure(h, "lo", netip.Prefix{}, netlink.SCOPE_UNIVERSE)
+		_, err := configure(h, "lo")
 		return err
 	})
 }
 
-// configure adds addr (if valid) with scope to link name and brings it up.
-func configure(h *netlink.Handle, name string, addr netip.Prefix, scope netlink.Scope) (netlink.Link, error) {
+// addr4 is an IPv4 address with the given scope, for configure.
+func addr4(p netip.Prefix, scope netlink.Scope) *netlink.Addr {
+	return &netlink.Addr{IPNet: ipNet(p), Scope: int(scope)}
+}
+
+// addr6 is an IPv6 address for configure, flagged nodad so that it is
+// usable at once rather than tentative until duplicate address detection
+// ends. Link-local addresses get link scope, as the kernel requires.
+func addr6(p netip.Prefix) *netlink.Addr {
+	scope := netlink.SCOPE_UNIVERSE
+	if p.Addr().IsLinkLocalUnicast() {
+		scope = netlink.SCOPE_LINK
+	}
+	return &netlink.Addr{IPNet: ipNet(p), Scope: int(scope), Flags: unix.IFA_F_NODAD}
+}
+
+// configure adds addrs to link name and brings it up.
+func configure(h *netlink.Handle, name string, addrs ...*netlink.Addr) (netlink.Link, error) {
 	l, err := h.LinkByName(name)
 	if err != nil {
 		return nil, fmt.Errorf("find %s: %w", name, err)
 	}
-	if addr.IsValid() {
-		a := &netlink.Addr{IPNet: ipNet(addr), Scope: int(scope)}
+	for _, a := range addrs {
 		if err := h.AddrAdd(l, a); err != nil {
-			return nil, fmt.Errorf("add %s to %s: %w", addr, name, err)
+			return nil, fmt.Errorf("add %s to %s: %w", a.IPNet, name, err)
 		}
 	}
 	if err := h.LinkSetUp(l); err != nil {
@@ -77,10 +93,14 @@ func addRoute(h *netlink.Handle, r *netlink.Route) error {
 	return nil
 }
 
-// waitUp polls until link name in ns reports operational state up. A veth
-// end brought up before its peer gets carrier asynchronously, and packets
-// sent before that are dropped.
-func waitUp(ns *Namespace, name string) error {
+// waitReady polls until link name in ns reports operational state up and
+// none of its IPv6 addresses is still tentative. A veth end brought up
+// before its peer gets carrier asynchronously, and packets sent before that
+// are dropped. The addresses configure adds are never tentative (nodad),
+// but the kernel adds the fe80:: address it generates when the link gets
+// carrier and clears its tentative flag from a work queue, even with
+// accept_dad=0; until then neighbour discovery cannot use it.
+func waitReady(ns *Namespace, name string) error {
 	return withHandle(ns, func(h *netlink.Handle) error {
 		deadline := time.Now().Add(linkUpTimeout)
 		tick := time.NewTicker(2 * time.Millisecond)
@@ -90,11 +110,27 @@ func waitUp(ns *Namespace, name string) error {
 			if err != nil {
 				return fmt.Errorf("find %s: %w", name, err)
 			}
+			state := "operationally " + l.Attrs().OperState.String()
 			if l.Attrs().OperState == netlink.OperUp {
-				return nil
+				addrs, err := h.AddrList(l, netlink.FAMILY_V6)
+				if err != nil {
+					return fmt.Errorf("addresses of %s: %w", name, err)
+				}
+				state = ""
+				for _, a := range addrs {
+					if a.Flags&unix.IFA_F_DADFAILED != 0 {
+						return fmt.Errorf("%s in %s: duplicate address detection failed for %s", name, ns.Name, a.IPNet)
+					}
+					if a.Flags&unix.IFA_F_TENTATIVE != 0 {
+						state = a.IPNet.String() + " tentative"
+					}
+				}
+				if state == "" {
+					return nil
+				}
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%s in %s still %s after %v", name, ns.Name, l.Attrs().OperState, linkUpTimeout)
+				return fmt.Errorf("%s in %s still %s after %v", name, ns.Name, state, linkUpTimeout)
 			}
 			<-tick.C
 		}

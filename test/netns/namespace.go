@@ -13,20 +13,27 @@
 // address or route is ever added to the caller's namespace (each veth is
 // created in the node with its peer placed directly in the other
 // namespace), and Close removes all of it. Creating namespaces needs root
-// (CAP_SYS_ADMIN and CAP_NET_ADMIN). Only IPv4 is wired up.
+// (CAP_SYS_ADMIN and CAP_NET_ADMIN).
+//
+// The node and the client are dual-stack; each pod is IPv4-only unless its
+// PodSpec has an IP6.
 //
 // # Addressing and routing
 //
-//   - Client link: the node holds NodeIP (172.30.0.1/24 by default), the
-//     client ClientIP (172.30.0.2/24). The client's default route is the
+//   - Client link: the node holds NodeIP (172.30.0.1/24 by default) and
+//     NodeIP6 (fd00:172:30::1/64), the client ClientIP (172.30.0.2/24) and
+//     ClientIP6 (fd00:172:30::2/64). The client's default routes are the
 //     node, so it reaches service VIPs, NodePorts and pod IPs through it.
-//   - The node's default route points back at the client, as a real node's
-//     points at its upstream gateway. That gives locally generated packets
+//   - The node's default routes point back at the client, as a real node's
+//     point at its upstream gateway. That gives locally generated packets
 //     to a service VIP (or any external or load-balancer address) a route,
 //     and so a source address, before the output hook's DNAT rewrites them
 //     and the kernel reroutes them to a pod. A packet nobody rewrites is
 //     handed to the client, which does not forward, and dies there: no
-//     traffic can leave the namespaces. The node sends no ICMP redirects.
+//     traffic can leave the namespaces. The node sends no ICMP redirects
+//     (for IPv6, which has no send_redirects, because the kernel redirects
+//     only to a link-local gateway or to the destination itself, and the
+//     node's IPv6 gateway is the client's global ClientIP6).
 //   - Pods: each pod holds its IP as a /32 on eth0 and a default route via
 //     PodGateway (169.254.1.1) with onlink. The node's end of the veth holds
 //     169.254.1.1/32 with link scope, so it answers the pod's ARP without
@@ -34,8 +41,18 @@
 //     (masquerade picks NodeIP). The node routes each pod's /32 to its veth
 //     with NodeIP as preferred source, so node-to-pod traffic comes from
 //     NodeIP too.
-//   - ICMP rate limiting is off in every namespace (icmp_ratemask=0), so a
-//     reject answers every probe, not six and then one a second.
+//   - Dual-stack pods also hold their IP6 as a /128 on eth0 with an IPv6
+//     default route via PodGateway6 (fe80::1), which the node's end of the
+//     veth holds; the node routes each pod's /128 to its veth with NodeIP6
+//     as preferred source.
+//   - ICMP and ICMPv6 rate limiting are off in every namespace
+//     (icmp_ratemask=0; icmp.ratelimit=0 and an empty icmp.ratemask for
+//     IPv6), so a reject answers every probe, not six and then one a
+//     second.
+//   - IPv6 duplicate address detection is off everywhere (accept_dad=0,
+//     and every address is added nodad), so addresses are usable at once;
+//     New waits, with a deadline, for the fe80:: addresses the kernel adds
+//     itself to leave the tentative state.
 package netns
 
 import (

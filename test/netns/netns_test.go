@@ -211,7 +211,15 @@ func foreignNetns(t *testing.T) []string {
 
 func TestCloseRemovesEverything(t *testing.T) {
 	RequireRoot(t)
-	topo, err := New(twoPods())
+	for name, opts := range map[string]func() Options{"ipv4": twoPods, "dual-stack": dualPods} {
+		t.Run(name, func(t *testing.T) { testClose(t, opts()) })
+	}
+}
+
+// testClose checks that Close removes everything a topology built from opts
+// created, and that a closed topology takes no more pods.
+func testClose(t *testing.T, opts Options) {
+	topo, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,8 +246,16 @@ func TestCloseRemovesEverything(t *testing.T) {
 
 func TestSetupFailureCleansUp(t *testing.T) {
 	RequireRoot(t)
+	for name, opts := range map[string]func() Options{"ipv4": twoPods, "dual-stack": dualPods} {
+		t.Run(name, func(t *testing.T) { testSetupFailure(t, opts) })
+	}
+}
+
+// testSetupFailure fails New at each of its steps in turn and checks that
+// nothing is left behind.
+func testSetupFailure(t *testing.T, newOpts func() Options) {
 	var steps []string
-	ok := twoPods()
+	ok := newOpts()
 	ok.hook = func(_ *Topology, step string) error {
 		steps = append(steps, step)
 		return nil
@@ -254,7 +270,7 @@ func TestSetupFailureCleansUp(t *testing.T) {
 	injected := errors.New("injected failure")
 	for _, step := range steps {
 		t.Run("fail at "+step, func(t *testing.T) {
-			opts := twoPods()
+			opts := newOpts()
 			var id string
 			opts.hook = func(topo *Topology, s string) error {
 				id = topo.ID
@@ -282,10 +298,20 @@ func TestInvalidPodsCleanUp(t *testing.T) {
 		"IP outside CIDR": {Name: "c", IP: netip.MustParseAddr("10.96.0.5")},
 		"no IP":           {Name: "c"},
 		"port taken":      {Name: "c", IP: ipC, Ports: []uint16{80, 80}},
+		"duplicate IP6":   {Name: "c", IP: ipC, IP6: ip6A},
+		"IP6 outside CIDR6": {Name: "c", IP: ipC,
+			IP6: netip.MustParseAddr("fd00:10:96::5")},
+		"IPv4 as IP6":      {Name: "c", IP: ipC, IP6: netip.MustParseAddr("10.244.0.13")},
+		"mapped IP6":       {Name: "c", IP: ipC, IP6: netip.MustParseAddr("::ffff:10.244.0.13")},
+		"IP6 is CIDR base": {Name: "c", IP: ipC, IP6: netip.MustParseAddr("fd00:10:244::")},
+		"zoned IP6":        {Name: "c", IP: ipC, IP6: netip.MustParseAddr("fd00:10:244::13%eth0")},
 	}
 	for name, bad := range cases {
 		t.Run(name, func(t *testing.T) {
 			opts := twoPods()
+			if bad.IP6.IsValid() {
+				opts = dualPods()
+			}
 			opts.Pods = append(opts.Pods, bad)
 			var id string
 			opts.hook = func(topo *Topology, _ string) error {
@@ -311,6 +337,12 @@ func TestInvalidOptions(t *testing.T) {
 		"ipv6":           {PodCIDR: netip.MustParsePrefix("fd00::/64")},
 		"tiny client":    {ClientSubnet: netip.MustParsePrefix("172.30.0.0/31")},
 		"gateway inside": {PodCIDR: netip.MustParsePrefix("169.254.0.0/16")},
+		"ipv4 pod CIDR6": {PodCIDR6: netip.MustParsePrefix("10.245.0.0/16")},
+		"mapped CIDR6":   {ServiceCIDR6: netip.MustParsePrefix("::ffff:10.97.0.0/112")},
+		"unmasked6":      {ServiceCIDR6: netip.MustParsePrefix("fd00:10:96::1/112")},
+		"overlap6":       {ClientSubnet6: netip.MustParsePrefix("fd00:10::/32")},
+		"tiny client6":   {ClientSubnet6: netip.MustParsePrefix("fd00:172:30::/127")},
+		"link-local6":    {PodCIDR6: netip.MustParsePrefix("fe80::/64")},
 	}
 	for name, opts := range cases {
 		if err := opts.normalize(); err == nil {
@@ -324,6 +356,11 @@ func TestParseAndTally(t *testing.T) {
 	want := Answer{Pod: "pod-a", Source: netip.MustParseAddrPort("172.30.0.2:40000")}
 	if err != nil || a != want {
 		t.Fatalf("parse: got %v, %v", a, err)
+	}
+	a, err = parseAnswer([]byte("pod-a [fd00:172:30::2]:40000\n"))
+	want6 := Answer{Pod: "pod-a", Source: netip.MustParseAddrPort("[fd00:172:30::2]:40000")}
+	if err != nil || a != want6 || a.String() != "pod-a [fd00:172:30::2]:40000" {
+		t.Fatalf("parse IPv6: got %v, %v", a, err)
 	}
 	if _, err := parseAnswer([]byte("garbage")); err == nil {
 		t.Error("parsed garbage")

@@ -19,7 +19,8 @@ import (
 // stays wrapped too.
 var (
 	// ErrRefused means the connection was actively refused: a TCP reset or
-	// an ICMP port-unreachable (what a reject rule sends by default).
+	// an ICMP or ICMPv6 port-unreachable (what a reject rule sends by
+	// default).
 	ErrRefused = errors.New("netns: connection refused")
 	// ErrUnreachable means an ICMP host- or network-unreachable came back,
 	// or there was no route.
@@ -71,12 +72,13 @@ const connectPoll = 5 * time.Millisecond
 // later. connectTCP polls SO_ERROR, which reports soft errors too, and
 // fails at once, as the kernel would have had the socket not been locked.
 func (n *Namespace) connectTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
-	if !addr.Addr().Is4() {
-		return nil, fmt.Errorf("netns: %s is not an IPv4 address", addr)
+	if err := checkRemote(addr); err != nil {
+		return nil, err
 	}
+	family, sa := sockaddr(addr)
 	var fd int
 	err := n.Do(func() (err error) {
-		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		return os.NewSyscallError("socket", err)
 	})
 	if err != nil {
@@ -84,7 +86,6 @@ func (n *Namespace) connectTCP(ctx context.Context, addr netip.AddrPort) (net.Co
 	}
 	f := os.NewFile(uintptr(fd), "tcp "+addr.String())
 	defer f.Close() // net.FileConn holds its own duplicate
-	sa := &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}
 	if err := unix.Connect(fd, sa); err != nil && !errors.Is(err, unix.EINPROGRESS) {
 		return nil, os.NewSyscallError("connect", err)
 	}
@@ -92,6 +93,28 @@ func (n *Namespace) connectTCP(ctx context.Context, addr netip.AddrPort) (net.Co
 		return nil, err
 	}
 	return net.FileConn(f)
+}
+
+// checkRemote rejects addresses the probes cannot dial: invalid ones and
+// ones with a zone, which would have to be resolved to an interface index
+// inside the namespace (Go's resolver caches zones process-wide).
+func checkRemote(addr netip.AddrPort) error {
+	switch {
+	case !addr.IsValid():
+		return fmt.Errorf("netns: invalid address %s", addr)
+	case addr.Addr().Zone() != "":
+		return fmt.Errorf("netns: %s: addresses with a zone are not supported", addr)
+	}
+	return nil
+}
+
+// sockaddr returns the socket family and address for addr: AF_INET for an
+// IPv4 address (or an IPv4-mapped IPv6 one), AF_INET6 otherwise.
+func sockaddr(addr netip.AddrPort) (int, unix.Sockaddr) {
+	if a := addr.Addr().Unmap(); a.Is4() {
+		return unix.AF_INET, &unix.SockaddrInet4{Port: int(addr.Port()), Addr: a.As4()}
+	}
+	return unix.AF_INET6, &unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16()}
 }
 
 // awaitConnect waits until the non-blocking connect on fd completes, fails
@@ -142,19 +165,27 @@ type UDPConn struct {
 }
 
 // DialUDP opens a UDP socket in the namespace bound to local and connected
-// to remote. A zero local picks an ephemeral port.
+// to remote, IPv4 or IPv6 as remote is (an IPv4-mapped remote counts as
+// IPv4). A zero local picks an ephemeral port.
 //
 // Because the socket is connected, answers whose source is not remote (for
 // instance a reply that escaped reverse NAT) are dropped by the kernel, and
 // an ICMP port-unreachable surfaces as ErrRefused.
 func (n *Namespace) DialUDP(local, remote netip.AddrPort) (*UDPConn, error) {
+	if err := checkRemote(remote); err != nil {
+		return nil, err
+	}
+	network := "udp6"
+	if remote.Addr().Unmap().Is4() {
+		network = "udp4"
+	}
 	var laddr *net.UDPAddr
 	if local.IsValid() {
 		laddr = net.UDPAddrFromAddrPort(local)
 	}
 	var conn *net.UDPConn
 	err := n.Do(func() error {
-		c, err := net.DialUDP("udp4", laddr, net.UDPAddrFromAddrPort(remote))
+		c, err := net.DialUDP(network, laddr, net.UDPAddrFromAddrPort(remote))
 		conn = c
 		return err
 	})

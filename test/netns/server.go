@@ -10,37 +10,55 @@ import (
 )
 
 // server answers on one port of a pod, over TCP and UDP, with the line
-// "<pod> <source address>\n".
+// "<pod> <source address>\n": on all IPv4 addresses and, if the pod has
+// one, on its IPv6 address.
 type server struct {
 	pod string
-	tcp net.Listener
-	udp *net.UDPConn
+	tcp []net.Listener
+	udp []*net.UDPConn
 	wg  sync.WaitGroup
 }
 
-// startServer opens the sockets inside ns and serves them until close.
-func startServer(ns *Namespace, pod string, port uint16) (*server, error) {
+// startServer opens the sockets inside ns and serves them until close. If
+// ip6 is valid, it also listens on ip6 (IPv6 only; the IPv4 sockets stay
+// IPv4 only, so a v4 client's address never reads as ::ffff:a.b.c.d).
+func startServer(ns *Namespace, pod string, port uint16, ip6 netip.Addr) (*server, error) {
 	s := &server{pod: pod}
-	addr := netip.AddrPortFrom(netip.IPv4Unspecified(), port)
+	type bind struct {
+		tcp, udp string // the networks
+		addr     netip.AddrPort
+	}
+	binds := []bind{{"tcp4", "udp4", netip.AddrPortFrom(netip.IPv4Unspecified(), port)}}
+	if ip6.IsValid() {
+		binds = append(binds, bind{"tcp6", "udp6", netip.AddrPortFrom(ip6, port)})
+	}
 	err := ns.Do(func() error {
-		l, err := net.Listen("tcp4", addr.String())
-		if err != nil {
-			return err
+		for _, b := range binds {
+			l, err := net.Listen(b.tcp, b.addr.String())
+			if err != nil {
+				return err
+			}
+			s.tcp = append(s.tcp, l)
+			u, err := net.ListenUDP(b.udp, net.UDPAddrFromAddrPort(b.addr))
+			if err != nil {
+				return err
+			}
+			s.udp = append(s.udp, u)
 		}
-		u, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(addr))
-		if err != nil {
-			l.Close()
-			return err
-		}
-		s.tcp, s.udp = l, u
 		return nil
 	})
 	if err != nil {
+		s.closeSockets()
 		return nil, fmt.Errorf("listen on port %d: %w", port, err)
 	}
-	s.wg.Add(2)
-	go s.serveTCP()
-	go s.serveUDP()
+	for _, l := range s.tcp {
+		s.wg.Add(1)
+		go s.serveTCP(l)
+	}
+	for _, u := range s.udp {
+		s.wg.Add(1)
+		go s.serveUDP(u)
+	}
 	return s, nil
 }
 
@@ -51,10 +69,10 @@ func (s *server) line(from netip.AddrPort) []byte {
 }
 
 // serveTCP writes one line to each accepted connection and closes it.
-func (s *server) serveTCP() {
+func (s *server) serveTCP(l net.Listener) {
 	defer s.wg.Done()
 	for {
-		c, err := s.tcp.Accept()
+		c, err := l.Accept()
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
@@ -68,24 +86,36 @@ func (s *server) serveTCP() {
 }
 
 // serveUDP answers each datagram with one line.
-func (s *server) serveUDP() {
+func (s *server) serveUDP(u *net.UDPConn) {
 	defer s.wg.Done()
 	buf := make([]byte, 2048)
 	for {
-		_, from, err := s.udp.ReadFromUDPAddrPort(buf)
+		_, from, err := u.ReadFromUDPAddrPort(buf)
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
 		if err != nil {
 			continue // e.g. an ICMP error queued on the socket
 		}
-		s.udp.WriteToUDPAddrPort(s.line(from), from)
+		u.WriteToUDPAddrPort(s.line(from), from)
 	}
 }
 
 // close stops serving and waits for the serving goroutines to exit.
 func (s *server) close() error {
-	err := errors.Join(s.tcp.Close(), s.udp.Close())
+	err := s.closeSockets()
 	s.wg.Wait()
 	return err
+}
+
+// closeSockets closes every socket the server opened.
+func (s *server) closeSockets() error {
+	var errs []error
+	for _, l := range s.tcp {
+		errs = append(errs, l.Close())
+	}
+	for _, u := range s.udp {
+		errs = append(errs, u.Close())
+	}
+	return errors.Join(errs...)
 }
