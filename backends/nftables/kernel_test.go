@@ -430,3 +430,46 @@ func TestKernelSCTPRulesAccepted(t *testing.T) {
 	mustSync(t, b, testPlan(sig, web), nil)
 	netns.WantPods(t, "TCP beside SCTP on one cluster IP", netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), 3), "pod-b")
 }
+
+func TestKernelDualStack(t *testing.T) {
+	pod6 := func(i byte) netip.Addr { return netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x10, 0x02, 0x44, 14: 0, 15: i}) }
+	topo := netns.NewT(t, netns.Options{Pods: []netns.PodSpec{
+		{Name: "pod-a", IP: podA, IP6: pod6(0x11), Ports: []uint16{podPort}},
+		{Name: "pod-b", IP: podB, IP6: pod6(0x12), Ports: []uint16{podPort}},
+	}})
+	b, err := New(Options{NetNS: topo.Node.Fd()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	vip6 := netip.MustParseAddr("fd00:10:96::10")
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080,
+		podEP(podA, 1), podEP(podB, 1), ep(pod6(0x11).String(), podPort, 1), ep(pod6(0x12).String(), podPort, 1))
+	web.ClusterIPs = append(web.ClusterIPs, vip6)
+	only6 := svc("default", "only6", "http", plan.TCP, "fd00:10:96::11", 80, 0, ep(pod6(0x12).String(), podPort, 1))
+	empty6 := svc("default", "empty6", "http", plan.TCP, "fd00:10:96::12", 80, 0)
+	mustSync(t, b, testPlan(web, only6, empty6), nil)
+
+	answers := netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip6, 80), 40)
+	netns.WantPods(t, "IPv6 cluster IP from the client", answers, "pod-a", "pod-b")
+	if src := answers[0].Source.Addr(); src != topo.ClientIP6 {
+		t.Errorf("IPv6 cluster IP: pod saw %s, want the client's %s", src, topo.ClientIP6)
+	}
+	netns.WantPods(t, "IPv4 cluster IP of the same service", netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), 20), "pod-a", "pod-b")
+	netns.WantPods(t, "IPv6 cluster IP from the node", netns.DialMany(t, topo.Node, netip.AddrPortFrom(vip6, 80), 20), "pod-a", "pod-b")
+	answers = netns.DialMany(t, topo.Client, netip.AddrPortFrom(topo.NodeIP6, 30080), 20)
+	netns.WantPods(t, "NodePort on the node's IPv6 address", answers, "pod-a", "pod-b")
+	if src := answers[0].Source.Addr(); src != topo.NodeIP6 {
+		t.Errorf("IPv6 NodePort: pod saw %s, want masqueraded to %s", src, topo.NodeIP6)
+	}
+	netns.WantPods(t, "IPv6-only service", netns.DialMany(t, topo.Client, netip.MustParseAddrPort("[fd00:10:96::11]:80"), 5), "pod-b")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := topo.Client.DialTCP(ctx, netip.MustParseAddrPort("[fd00:10:96::12]:80")); !errors.Is(err, netns.ErrRefused) {
+		t.Errorf("IPv6 service without endpoints: got %v, want refused", err)
+	}
+	// Hairpin over IPv6: pod-b is the only endpoint of only6.
+	if a := netns.DialMany(t, topo.Pods["pod-b"].NS, netip.MustParseAddrPort("[fd00:10:96::11]:80"), 1)[0]; a.Pod != "pod-b" || a.Source.Addr() == pod6(0x12) {
+		t.Errorf("IPv6 hairpin: got %s, want pod-b answering a masqueraded source", a)
+	}
+}

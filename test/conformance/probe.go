@@ -186,8 +186,9 @@ func (r *rowRun) probe(t *testing.T, prefix string, p Probe) {
 	if err := p.validate(); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-	from, self := r.prober(p.From)
-	to, src := r.target(p.To), r.source(p.Source, self)
+	to := r.target(p.To)
+	from, self := r.prober(p.From, to.Addr().Is6())
+	src := r.source(p.Source, self, to.Addr().Is6())
 	wait := answerWait
 	if p.Want.kind == wantDropped || p.Want.kind == wantUnanswered {
 		wait = dropWait
@@ -293,12 +294,12 @@ func (p Probe) validate() error {
 	if p.From != "client" && p.From != "node" && !isPod(p.From) {
 		return fmt.Errorf("From %q: want client, node or a pod name", p.From)
 	}
-	if port, ok := strings.CutPrefix(p.To, "node:"); ok {
+	if port, ok := nodePort(p.To); ok {
 		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 			return fmt.Errorf("To %q: bad port", p.To)
 		}
 	} else if _, err := netip.ParseAddrPort(p.To); err != nil {
-		return fmt.Errorf("To %q: want address:port or node:port", p.To)
+		return fmt.Errorf("To %q: want address:port, node:port or node6:port", p.To)
 	}
 	switch {
 	case p.Proto != "" && p.Proto != TCP && p.Proto != UDP:
@@ -321,35 +322,51 @@ func (p Probe) validate() error {
 }
 
 // prober returns the namespace a (validated) probe runs in and the prober's
-// own address.
-func (r *rowRun) prober(from string) (*netns.Namespace, netip.Addr) {
+// own address in the target's family.
+func (r *rowRun) prober(from string, v6 bool) (*netns.Namespace, netip.Addr) {
 	switch from {
 	case "client":
-		return r.topo.Client, r.topo.ClientIP
+		return r.topo.Client, pick(v6, r.topo.ClientIP6, r.topo.ClientIP)
 	case "node":
-		return r.topo.Node, r.topo.NodeIP
+		return r.topo.Node, pick(v6, r.topo.NodeIP6, r.topo.NodeIP)
 	}
 	p := r.topo.Pods[from]
-	return p.NS, p.IP
+	return p.NS, pick(v6, p.IP6, p.IP)
+}
+
+func pick(v6 bool, a6, a4 netip.Addr) netip.Addr {
+	if v6 {
+		return a6
+	}
+	return a4
+}
+
+// nodePort returns the port of a "node:PORT" (node's IPv4 address) or
+// "node6:PORT" (its IPv6 address) target.
+func nodePort(to string) (string, bool) {
+	if port, ok := strings.CutPrefix(to, "node:"); ok {
+		return port, true
+	}
+	return strings.CutPrefix(to, "node6:")
 }
 
 // target resolves a (validated) probe's To.
 func (r *rowRun) target(to string) netip.AddrPort {
-	if port, ok := strings.CutPrefix(to, "node:"); ok {
+	if port, ok := nodePort(to); ok {
 		n, _ := strconv.ParseUint(port, 10, 16)
-		return netip.AddrPortFrom(r.topo.NodeIP, uint16(n))
+		return netip.AddrPortFrom(pick(strings.HasPrefix(to, "node6:"), r.topo.NodeIP6, r.topo.NodeIP), uint16(n))
 	}
 	return netip.MustParseAddrPort(to)
 }
 
 // source resolves a (validated) probe's Source; the zero address means not
 // checked.
-func (r *rowRun) source(src string, self netip.Addr) netip.Addr {
+func (r *rowRun) source(src string, self netip.Addr, v6 bool) netip.Addr {
 	switch src {
 	case "client":
-		return r.topo.ClientIP
+		return pick(v6, r.topo.ClientIP6, r.topo.ClientIP)
 	case "node":
-		return r.topo.NodeIP
+		return pick(v6, r.topo.NodeIP6, r.topo.NodeIP)
 	case "self":
 		return self
 	}

@@ -59,9 +59,9 @@ const NodeName = "node-a"
 
 // The pods of every row's topology.
 var pods = []netns.PodSpec{
-	{Name: "pod-a", IP: netip.MustParseAddr("10.244.0.11"), Ports: podPorts},
-	{Name: "pod-b", IP: netip.MustParseAddr("10.244.0.12"), Ports: podPorts},
-	{Name: "pod-c", IP: netip.MustParseAddr("10.244.0.13"), Ports: podPorts},
+	{Name: "pod-a", IP: netip.MustParseAddr("10.244.0.11"), IP6: netip.MustParseAddr("fd00:10:244::11"), Ports: podPorts},
+	{Name: "pod-b", IP: netip.MustParseAddr("10.244.0.12"), IP6: netip.MustParseAddr("fd00:10:244::12"), Ports: podPorts},
+	{Name: "pod-c", IP: netip.MustParseAddr("10.244.0.13"), IP6: netip.MustParseAddr("fd00:10:244::13"), Ports: podPorts},
 }
 
 // podPorts are the ports every pod serves, over TCP and UDP.

@@ -18,5 +18,6 @@ func Rows() []Row {
 	rows = append(rows, clusterRows()...)
 	rows = append(rows, externalRows()...)
 	rows = append(rows, policyRows()...)
+	rows = append(rows, dualStackRows()...)
 	return rows
 }
