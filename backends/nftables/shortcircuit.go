@@ -23,15 +23,13 @@ const (
 // external addresses to their cluster pick chains; they come first in the
 // services chain.
 func (l *layout) shortCircuitRules(t *txn, c *nftables.Chain) {
-	origins := []struct {
+	type origin struct {
 		text  string
 		exprs []expr.Any
-	}{{"fib saddr type local ", saddrLocal()}}
+	}
+	origins := []origin{{"fib saddr type local ", saddrLocal()}}
 	if text, exprs := l.podSource(); exprs != nil {
-		origins = append(origins, struct {
-			text  string
-			exprs []expr.Any
-		}{text, exprs})
+		origins = append(origins, origin{text, exprs})
 	}
 	npMatch, npText := l.nodePortMatch()
 	for _, o := range origins {

@@ -73,12 +73,6 @@ func (c *fakeClock) advanceTo(t *testing.T, to time.Time) {
 	c.waiters = kept
 }
 
-// advance moves the fake time forward by d.
-func (c *fakeClock) advance(t *testing.T, d time.Duration) {
-	t.Helper()
-	c.advanceTo(t, c.Now().Add(d))
-}
-
 // waitsUntil waits until the runner, since the previous call of waitsUntil,
 // has called After with a deadline of t0+want, and fails the test if it does
 // not within realTimeout (reporting the deadline it waits for instead). Call

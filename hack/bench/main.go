@@ -83,12 +83,12 @@ func measure(weir string, n, eps, changes int) (result, error) {
 	return r, err
 }
 
-func weirArgs(ns, dir string, args ...string) []string {
+func weirArgs(ns string, args ...string) []string {
 	return append([]string{"netns", "exec", ns, "env", "-u", "WEIR_CONFIG"}, append([]string{}, args...)...)
 }
 
 func syncOnce(weir, ns, dir string) (time.Duration, int64, error) {
-	cmd := exec.Command("ip", weirArgs(ns, dir, weir, "sync", "--once", "--source-path", dir,
+	cmd := exec.Command("ip", weirArgs(ns, weir, "sync", "--once", "--source-path", dir,
 		"--node-name", "node-0", "--log-level", "warn")...)
 	cmd.Stderr = os.Stderr
 	start := time.Now()
@@ -103,7 +103,7 @@ func syncOnce(weir, ns, dir string) (time.Duration, int64, error) {
 func timeChanges(weir, ns, dir string, n, eps, changes int) (time.Duration, int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", weirArgs(ns, dir, weir, "run", "--source-path", dir, "--node-name", "node-0",
+	cmd := exec.CommandContext(ctx, "ip", weirArgs(ns, weir, "run", "--source-path", dir, "--node-name", "node-0",
 		"--min-sync-period", "0s", "--log-format", "json")...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

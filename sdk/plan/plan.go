@@ -35,9 +35,6 @@ func (k Key) String() string {
 	return k.Namespace + "/" + k.Name + ":" + k.Port + "/" + string(k.Protocol)
 }
 
-// ServiceName returns the namespace/name of the service the key belongs to.
-func (k Key) ServiceName() string { return k.Namespace + "/" + k.Name }
-
 // Compare orders keys by namespace, name, port name and protocol.
 func (k Key) Compare(o Key) int {
 	if c := strings.Compare(k.Namespace, o.Namespace); c != 0 {
@@ -193,13 +190,4 @@ func equalAffinity(a, b *Affinity) bool {
 		return a == b
 	}
 	return *a == *b
-}
-
-// TotalWeight returns the sum of the endpoints' weights.
-func (s *Service) TotalWeight() uint64 {
-	var w uint64
-	for _, e := range s.Endpoints {
-		w += uint64(e.Weight)
-	}
-	return w
 }

@@ -71,12 +71,6 @@ func TestKeyOrderAndText(t *testing.T) {
 	if s := keys[0].String(); s != "default/web:http/TCP" {
 		t.Errorf("Key.String() = %q", s)
 	}
-	if n := keys[1].ServiceName(); n != "kube-system/dns" {
-		t.Errorf("ServiceName() = %q", n)
-	}
-	if w := sample().Services[keys[0]].TotalWeight(); w != 5 {
-		t.Errorf("TotalWeight() = %d, want 5", w)
-	}
 }
 
 func TestExternalFieldsTextCloneEqual(t *testing.T) {
