@@ -287,7 +287,7 @@ func TestValues(t *testing.T) {
 func TestDocsExample(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
-		t.Skipf("reference not found: %v", err)
+		t.Fatalf("configuration reference: %v", err)
 	}
 	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
 	example, _, ok2 := strings.Cut(rest, "```")
