@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/weirproxy/weir/internal/nsenter"
 )
 
 const (
@@ -67,10 +67,8 @@ func newConn(fd int) (*conn, error) {
 
 func (c *conn) close() { c.f.Close() }
 
-// socketIn creates the socket on a thread switched into the namespace: a
-// socket stays in the namespace it was created in. The switch happens on a
-// fresh, locked goroutine; if the thread cannot be switched back it is
-// never unlocked, so the runtime retires it.
+// socketIn creates the socket on a thread switched into the namespace (nsFd
+// < 0: the caller's own): a socket stays in the namespace it was created in.
 func socketIn(nsFd int) (int, error) {
 	open := func() (int, error) {
 		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_NETFILTER)
@@ -79,35 +77,18 @@ func socketIn(nsFd int) (int, error) {
 	if nsFd < 0 {
 		return open()
 	}
-	type result struct {
-		fd  int
-		err error
+	fd := -1
+	err := nsenter.Do(nsFd, func() error {
+		var err error
+		fd, err = open()
+		return err
+	})
+	if err != nil && fd >= 0 {
+		// The socket was made, but the thread could not be switched back;
+		// the socket itself is fine.
+		return fd, nil
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{-1, fmt.Errorf("current namespace: %w", err)}
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(netns.NsHandle(nsFd)); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{-1, fmt.Errorf("enter namespace: %w", err)}
-			return
-		}
-		fd, err := open()
-		if rerr := netns.Set(orig); rerr != nil {
-			done <- result{fd, err} // the socket is fine; the thread dies locked
-			return
-		}
-		runtime.UnlockOSThread()
-		done <- result{fd, err}
-	}()
-	r := <-done
-	return r.fd, r.err
+	return fd, err
 }
 
 // bind makes ctx's deadline and cancellation interrupt the socket's reads

@@ -62,12 +62,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/weirproxy/weir/internal/nsenter"
 )
 
 // runDir is where named namespaces are bind-mounted, as iproute2 expects.
@@ -94,7 +95,7 @@ func newNamespace(name string) (*Namespace, error) {
 		return nil, fmt.Errorf("create namespace %s: %w", name, err)
 	}
 	f.Close()
-	err = onThread(func() error {
+	err = nsenter.OnThread(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			return fmt.Errorf("unshare: %w", err)
 		}
@@ -162,37 +163,12 @@ func (n *Namespace) Do(fn func() error) error {
 	if h == -1 {
 		return fmt.Errorf("namespace %s is closed", n.Name)
 	}
-	return onThread(func() error {
+	return nsenter.OnThread(func() error {
 		if err := netns.Set(h); err != nil {
 			return fmt.Errorf("enter namespace %s: %w", n.Name, err)
 		}
 		return fn()
 	})
-}
-
-// onThread runs fn on a fresh locked OS thread and then moves the thread
-// back to its original namespace. If that fails, the thread stays locked
-// so the runtime discards it when the goroutine exits.
-func onThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("get current namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		err = fn()
-		if rerr := netns.Set(orig); rerr != nil {
-			errc <- errors.Join(err, fmt.Errorf("restore namespace: %w", rerr))
-			return // thread stays locked and dies with this goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
 }
 
 // Sysctl writes value to the namespace's sysctl key, e.g.
