@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,7 +128,8 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	}
 	if err := p.opts.Backend.Sync(ctx, p.plan, keys); err != nil {
 		p.resync = true
-		p.log.Error("Failed to execute sync; keeping the previous rules", "error", err, "full", full)
+		p.log.Error("Failed to execute sync; keeping the previous rules", "error", err, "full", full,
+			"services", keyList(keys))
 		return err
 	}
 	p.resync = false
@@ -136,6 +138,26 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	p.log.Info("Synced rules", "full", full, "services", len(p.plan.Services), "changed", len(changed),
 		"duration", time.Since(start).Round(time.Microsecond))
 	return nil
+}
+
+// keyList names up to ten of the keys a failed sync carried, so the log
+// points at the services to look at; "all" for a full sync.
+func keyList(keys []plan.Key) string {
+	if keys == nil {
+		return "all"
+	}
+	var b strings.Builder
+	for i, k := range keys {
+		if i == 10 {
+			fmt.Fprintf(&b, " and %d more", len(keys)-10)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(k.String())
+	}
+	return b.String()
 }
 
 // update applies the tracker's pending changes to the plan and returns the
