@@ -441,6 +441,9 @@ func TestBackendFailure(t *testing.T) {
 	if failed[0].Level != slog.LevelError || !strings.Contains(failed[0].Attrs["error"], "boom") {
 		t.Errorf("failure record %s: want level ERROR and the backend's error", failed[0])
 	}
+	if !strings.Contains(failed[0].Attrs["services"], key("web", "http").String()) {
+		t.Errorf("failure record %s: want the services the commit carried", failed[0])
+	}
 	if r := withPrefix(records, "Synced rules"); len(r) > 0 {
 		t.Errorf("a failed sync logged success:%s", logged(r))
 	}
