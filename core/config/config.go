@@ -60,9 +60,20 @@ type Config struct {
 	Log LogConfig
 	// NFTables holds settings used only by the nftables backend.
 	NFTables NFTablesConfig
-	// Plugins holds the hook plugin entries exactly as written in the YAML
-	// file; they are not validated yet. Nil when unset.
-	Plugins []map[string]any
+	// Hooks holds settings shared by all hook plugins.
+	Hooks HooksConfig
+	// Plugins are the hook plugins, in the order they run. Nil when unset.
+	Plugins []Plugin
+
+	// pluginEntries holds the plugins list as written, until decodePlugins
+	// validates it into Plugins.
+	pluginEntries []map[string]any
+}
+
+// HooksConfig holds settings shared by all hook plugins.
+type HooksConfig struct {
+	// CacheDir keeps compiled plugins between restarts.
+	CacheDir string
 }
 
 // SourceConfig says where Weir reads Kubernetes objects from.
@@ -136,6 +147,7 @@ func Default() *Config {
 		HealthzBindAddress: "0.0.0.0:10256",
 		Log:                LogConfig{Format: "text", Level: "info"},
 		NFTables:           NFTablesConfig{Table: "weir"},
+		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
 		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
 		LocalhostNodePorts: true,
 	}

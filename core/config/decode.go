@@ -263,14 +263,14 @@ func setNodePortAddresses(c *Config, raw any) *bad {
 }
 
 func getPlugins(c *Config) any {
-	if len(c.Plugins) == 0 {
+	if len(c.pluginEntries) == 0 {
 		return nil // no typed nil: the defaults layer then leaves the key unset
 	}
-	return c.Plugins
+	return c.pluginEntries
 }
 
-// setPlugins keeps the plugin entries as written; their schema belongs to
-// the hooks package.
+// setPlugins keeps the plugin entries as written; decodePlugins checks each
+// one, so that errors can name the entry and its key.
 func setPlugins(c *Config, raw any) *bad {
 	var out []map[string]any
 	switch v := raw.(type) {
@@ -288,6 +288,6 @@ func setPlugins(c *Config, raw any) *bad {
 	default:
 		return &bad{show(raw), allowedPlugins}
 	}
-	c.Plugins = out
+	c.pluginEntries = out
 	return nil
 }

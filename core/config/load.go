@@ -191,6 +191,7 @@ func (l *loader) decode() *Config {
 			c.SyncPeriod, l.source("syncPeriod"))
 		l.errs = append(l.errs, l.valueError("minSyncPeriod", &bad{show(l.k.Get("minSyncPeriod")), allowed}))
 	}
+	l.decodePlugins(c)
 	const prefixKey = "localDetector.interfaceNamePrefix"
 	if c.LocalDetector.Mode == LocalDetectInterfaceNamePrefix && c.LocalDetector.InterfaceNamePrefix == "" && !failed[prefixKey] {
 		l.errs = append(l.errs, l.valueError(prefixKey, &bad{"", allowedIfPrefix + " (localDetector.mode is InterfaceNamePrefix)"}))

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -35,7 +36,27 @@ func serviceShape(obj string, svc *corev1.Service) (*plan.Service, []Problem) {
 		problems = append(problems, p...)
 	}
 	sh.Affinity = affinity(svc)
+	sh.Labels = svc.Labels
+	sh.Annotations = pluginAnnotations(svc.Annotations)
 	return sh, problems
+}
+
+// lastApplied is kubectl's copy of the whole object: large, and nothing a
+// plugin should decide on.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// pluginAnnotations returns the annotations hook plugins see: all but
+// kubectl's last-applied copy. The map is shared when nothing is removed.
+func pluginAnnotations(a map[string]string) map[string]string {
+	if _, ok := a[lastApplied]; !ok {
+		return a
+	}
+	out := maps.Clone(a)
+	delete(out, lastApplied)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func clusterIPs(obj string, svc *corev1.Service) ([]netip.Addr, []Problem) {

@@ -173,6 +173,9 @@ func endpoint(cfg Config, obj string, i int, e discoveryv1.Endpoint, port uint16
 	if e.Zone != nil {
 		c.Zone = *e.Zone
 	}
+	if r := e.TargetRef; r != nil && (r.Kind == "Pod" || r.Kind == "") {
+		c.Pod = r.Name
+	}
 	if e.Hints != nil {
 		for _, z := range e.Hints.ForZones {
 			c.forZones = append(c.forZones, z.Name)

@@ -35,7 +35,20 @@ type Options struct {
 	HealthChecks HealthChecks
 	// Conntrack, when set, clears the flows a committed change made stale.
 	Conntrack Conntrack
-	Log       *slog.Logger
+	// Hooks, when set, runs the hook plugins over every planned service
+	// before the backend sees it.
+	Hooks Hooks
+	Log   *slog.Logger
+}
+
+// Hooks runs hook plugins over plan services; *hooks.Chain is one.
+type Hooks interface {
+	// Apply returns the services the backend must use, aligned with
+	// services; nil means no rules. Its error reports plugin failures the
+	// hooks already handled by their failure policy.
+	Apply(ctx context.Context, node plan.Node, services []*plan.Service, full bool) ([]*plan.Service, error)
+	// Forget drops what the hooks remember of removed services.
+	Forget(keys ...plan.Key)
 }
 
 // Conntrack deletes stale UDP/SCTP flows; *conntrack.Cleaner is one.
@@ -55,8 +68,11 @@ type Proxy struct {
 	tracker *tracker.Tracker
 	trigger func()
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// plan is the planner's output; final is what the backend commits:
+	// plan after the hook plugins (the same services when there are none).
 	plan      *plan.Plan
+	final     *plan.Plan
 	byService map[string][]plan.Key // namespace/name -> its keys in plan
 	// problems remembers each service's last reported bad input, so a
 	// warning is logged when it appears or changes, not on every sync.
@@ -79,6 +95,7 @@ func New(opts Options) *Proxy {
 		opts:      opts,
 		log:       opts.Log,
 		plan:      &plan.Plan{Node: plan.Node{Name: opts.NodeName}, Services: map[plan.Key]*plan.Service{}},
+		final:     &plan.Plan{Node: plan.Node{Name: opts.NodeName}, Services: map[plan.Key]*plan.Service{}},
 		byService: map[string][]plan.Key{},
 		problems:  map[string][]planner.Problem{},
 
@@ -95,11 +112,29 @@ func New(opts Options) *Proxy {
 // Handler returns the handler a source must feed.
 func (p *Proxy) Handler() source.Handler { return p.tracker }
 
-// Plan returns a copy of the current desired plan.
+// Plan returns a copy of the current desired plan, after the hook plugins.
 func (p *Proxy) Plan() *plan.Plan {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.final.Clone()
+}
+
+// Planned returns a copy of the planner's plan, before the hook plugins.
+func (p *Proxy) Planned() *plan.Plan {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return p.plan.Clone()
+}
+
+// RequestFullSync makes the next sync a full one and asks the runner for it
+// (after a hook plugin was reloaded, every service must pass through it).
+func (p *Proxy) RequestFullSync() {
+	p.mu.Lock()
+	p.resync = true
+	p.mu.Unlock()
+	if p.trigger != nil {
+		p.trigger()
+	}
 }
 
 // Sync plans the services touched since the last sync (every service when
@@ -113,7 +148,8 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	p.log.Info("Syncing rules", "full", full)
 	node := p.plan.Node
 	p.stale = p.stale[:0]
-	changed := p.update(full)
+	planned := p.update(full)
+	changed := p.applyHooks(ctx, planned, full)
 	// A node change alone (podCIDRs, addresses) still reaches the backend,
 	// with no changed services.
 	nodeChanged := !slices.Equal(node.PodCIDRs, p.plan.Node.PodCIDRs) || !slices.Equal(node.Addresses, p.plan.Node.Addresses)
@@ -126,7 +162,7 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	} else if keys == nil {
 		keys = []plan.Key{} // partial, not full: nothing but the node changed
 	}
-	if err := p.opts.Backend.Sync(ctx, p.plan, keys); err != nil {
+	if err := p.opts.Backend.Sync(ctx, p.final, keys); err != nil {
 		p.resync = true
 		p.log.Error("Failed to execute sync; keeping the previous rules", "error", err, "full", full,
 			"services", keyList(keys))
@@ -135,7 +171,7 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	p.resync = false
 	p.clearStaleFlows(ctx)
 	p.syncHealthChecks()
-	p.log.Info("Synced rules", "full", full, "services", len(p.plan.Services), "changed", len(changed),
+	p.log.Info("Synced rules", "full", full, "services", len(p.final.Services), "changed", len(changed),
 		"duration", time.Since(start).Round(time.Microsecond))
 	return nil
 }
@@ -160,8 +196,8 @@ func keyList(keys []plan.Key) string {
 	return b.String()
 }
 
-// update applies the tracker's pending changes to the plan and returns the
-// keys whose plan service changed.
+// update applies the tracker's pending changes to the planner's plan and
+// returns the keys whose plan service changed.
 func (p *Proxy) update(full bool) []plan.Key {
 	snap := p.tracker.Checkout(full)
 	if snap.NodeChanged && !full {
@@ -211,7 +247,6 @@ func (p *Proxy) replace(name string, services []*plan.Service, changed []plan.Ke
 		if old.Equal(s) {
 			continue
 		}
-		p.stale = append(p.stale, conntrack.StaleFlows(old, s)...)
 		if logEach {
 			p.logChange(old, s)
 		}
@@ -223,7 +258,6 @@ func (p *Proxy) replace(name string, services []*plan.Service, changed []plan.Ke
 			if logEach {
 				p.log.Info("Removing service", "service", k.String())
 			}
-			p.stale = append(p.stale, conntrack.StaleFlows(p.plan.Services[k], nil)...)
 			delete(p.plan.Services, k)
 			changed = append(changed, k)
 		}
@@ -233,17 +267,18 @@ func (p *Proxy) replace(name string, services []*plan.Service, changed []plan.Ke
 	} else {
 		p.byService[name] = keys
 	}
-	p.updateHealthCheck(name, services)
 	return changed
 }
 
-// updateHealthCheck records the health check of one service: its port and
-// how many distinct endpoints on this node serve its Local traffic.
-func (p *Proxy) updateHealthCheck(name string, services []*plan.Service) {
+// updateHealthCheck records the health check of one service from its final
+// plan services: its port and how many distinct endpoints on this node
+// serve its Local traffic.
+func (p *Proxy) updateHealthCheck(name string) {
 	delete(p.healthChecks, name)
 	var local []netip.Addr
-	for _, s := range services {
-		if s.HealthCheckNodePort == 0 {
+	for _, k := range p.byService[name] {
+		s := p.final.Services[k]
+		if s == nil || s.HealthCheckNodePort == 0 {
 			continue
 		}
 		hc := p.healthChecks[name]

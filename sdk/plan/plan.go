@@ -7,6 +7,7 @@
 package plan
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -89,9 +90,41 @@ type Service struct {
 	HealthCheckNodePort uint16
 	// Affinity, when set, sends a client's connections to the same endpoint.
 	Affinity *Affinity
+	// Scheduler is a hint to backends that can choose how to balance
+	// (IPVS); empty leaves the backend's default.
+	Scheduler Scheduler
+	// Labels and Annotations are the Service object's, for hook plugins to
+	// match and read. They are shared between clones and never modified in
+	// place.
+	Labels      map[string]string
+	Annotations map[string]string
 	// Endpoints are the backends the port balances over, in a stable order.
 	Endpoints []Endpoint
 }
+
+// Scheduler names a balancing algorithm, as IPVS spells it.
+type Scheduler string
+
+// The schedulers a plan may ask for.
+const (
+	SchedulerDefault                 Scheduler = ""
+	SchedulerRoundRobin              Scheduler = "rr"
+	SchedulerWeightedRoundRobin      Scheduler = "wrr"
+	SchedulerLeastConnection         Scheduler = "lc"
+	SchedulerWeightedLeastConnection Scheduler = "wlc"
+	SchedulerSourceHash              Scheduler = "sh"
+	SchedulerMaglevHash              Scheduler = "mh"
+)
+
+// Schedulers lists every scheduler in ABI order: a scheduler's index is
+// its code in the plugin ABI.
+var Schedulers = []Scheduler{
+	SchedulerDefault, SchedulerRoundRobin, SchedulerWeightedRoundRobin, SchedulerLeastConnection,
+	SchedulerWeightedLeastConnection, SchedulerSourceHash, SchedulerMaglevHash,
+}
+
+// MaxAffinitySeconds is the longest ClientIP affinity timeout Kubernetes allows.
+const MaxAffinitySeconds = 86400
 
 // Affinity is ClientIP session affinity.
 type Affinity struct {
@@ -106,8 +139,10 @@ type Endpoint struct {
 	Port     uint16
 	NodeName string
 	Zone     string
-	Ready    bool
-	Serving  bool
+	// Pod names the endpoint's pod (its targetRef), or is empty.
+	Pod     string
+	Ready   bool
+	Serving bool
 	// Terminating marks an endpoint whose pod is shutting down.
 	Terminating bool
 	// Local is true when the endpoint runs on this node.
@@ -172,17 +207,34 @@ func (p *Plan) Keys() []Key {
 	return keys
 }
 
-// Equal reports whether two services would produce the same rules.
+// Equal reports whether two services are the same: same rules and same
+// input to hook plugins.
 func (s *Service) Equal(o *Service) bool {
 	if s == nil || o == nil {
 		return s == o
 	}
-	return s.Key == o.Key && s.Port == o.Port && s.NodePort == o.NodePort &&
+	return s.Key == o.Key && s.Port == o.Port && s.NodePort == o.NodePort && s.Scheduler == o.Scheduler &&
+		maps.Equal(s.Labels, o.Labels) && maps.Equal(s.Annotations, o.Annotations) &&
 		s.ExternalLocal == o.ExternalLocal && s.InternalLocal == o.InternalLocal &&
 		s.HealthCheckNodePort == o.HealthCheckNodePort && equalAffinity(s.Affinity, o.Affinity) &&
 		slices.Equal(s.ClusterIPs, o.ClusterIPs) && slices.Equal(s.ExternalIPs, o.ExternalIPs) &&
 		slices.Equal(s.LoadBalancerIPs, o.LoadBalancerIPs) && slices.Equal(s.SourceRanges, o.SourceRanges) &&
 		slices.Equal(s.Endpoints, o.Endpoints)
+}
+
+// SameRules reports whether two services would produce the same rules: they
+// may differ only in labels, annotations and endpoints' pod names.
+func (s *Service) SameRules(o *Service) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	a, b := *s, *o
+	a.Labels, a.Annotations, a.Endpoints = nil, nil, nil
+	b.Labels, b.Annotations, b.Endpoints = nil, nil, nil
+	return a.Equal(&b) && slices.EqualFunc(s.Endpoints, o.Endpoints, func(x, y Endpoint) bool {
+		x.Pod, y.Pod = "", ""
+		return x == y
+	})
 }
 
 func equalAffinity(a, b *Affinity) bool {

@@ -79,6 +79,9 @@ func (s *Service) policyLine() string {
 	if s.Affinity != nil {
 		parts = append(parts, fmt.Sprintf("affinity=ClientIP/%ds", s.Affinity.TimeoutSeconds))
 	}
+	if s.Scheduler != SchedulerDefault {
+		parts = append(parts, "scheduler="+string(s.Scheduler))
+	}
 	if len(parts) == 0 {
 		return ""
 	}
@@ -94,6 +97,9 @@ func (e Endpoint) String() string {
 	}
 	if e.Zone != "" {
 		fmt.Fprintf(&b, " zone=%s", e.Zone)
+	}
+	if e.Pod != "" {
+		fmt.Fprintf(&b, " pod=%s", e.Pod)
 	}
 	for _, f := range []struct {
 		on   bool

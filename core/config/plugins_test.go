@@ -1,0 +1,80 @@
+package config
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPlugins(t *testing.T) {
+	yaml := `plugins:
+  - name: zone-preference
+    path: /var/lib/weir/plugins/zone-preference.wasm
+    sha256: 0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef
+    failurePolicy: closed
+    timeout: 250ms
+    memoryLimit: 32Mi
+    config:
+      minEndpoints: 3
+      zones: [a, b]
+    match:
+      namespaces: [shop, payments]
+      selector: "app in (web, api),tier!=db"
+  - name: drain
+    path: drain.wasm
+`
+	got, err := load(t, input{yaml: yaml})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Plugin{{
+		Name: "zone-preference", Path: "/var/lib/weir/plugins/zone-preference.wasm",
+		SHA256:        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		FailurePolicy: "closed", Timeout: 250 * time.Millisecond, MemoryLimit: 32 << 20,
+		Config:     map[string]any{"minEndpoints": 3, "zones": []any{"a", "b"}},
+		Namespaces: []string{"shop", "payments"}, Selector: "app in (web, api),tier!=db",
+	}, {
+		Name: "drain", Path: "drain.wasm", FailurePolicy: "open",
+		Timeout: 100 * time.Millisecond, MemoryLimit: 64 << 20,
+	}}
+	if !reflect.DeepEqual(got.Plugins, want) {
+		t.Errorf("plugins\n got %#v\nwant %#v", got.Plugins, want)
+	}
+}
+
+func TestPluginErrors(t *testing.T) {
+	tests := []struct {
+		entry string
+		want  []string // one message fragment per expected error
+	}{
+		{"{path: a.wasm}", []string{`plugins[0].name: "" (from file`}},
+		{"{name: Bad_Name, path: a.wasm}", []string{`plugins[0].name: "Bad_Name"`, "lower-case"}},
+		{"{name: a}", []string{`plugins[0].path: ""`, ".wasm file"}},
+		{"{name: a, path: a.wasm, sha256: abc}", []string{`plugins[0].sha256: "abc"`, "64 hex digits"}},
+		{"{name: a, path: a.wasm, failurePolicy: fail}", []string{`plugins[0].failurePolicy: "fail"`, "open or closed"}},
+		{"{name: a, path: a.wasm, timeout: 1h}", []string{`plugins[0].timeout: "1h"`, "between 1ms and 10s"}},
+		{"{name: a, path: a.wasm, timeout: soon}", []string{`plugins[0].timeout: "soon"`}},
+		{"{name: a, path: a.wasm, memoryLimit: 1Mi}", []string{`plugins[0].memoryLimit: "1Mi"`, "between 4Mi and 4Gi"}},
+		{"{name: a, path: a.wasm, match: {selector: 'a in b'}}", []string{`plugins[0].match.selector: "a in b"`}},
+		{"{name: a, path: a.wasm, match: {namespaces: [Not/Valid]}}", []string{`plugins[0].match.namespaces`}},
+		{"{name: a, path: a.wasm, match: {labels: x}}", []string{`plugins[0].match.labels`, "namespaces, selector"}},
+		{"{name: a, path: a.wasm, timout: 1s}", []string{`unknown key "plugins[0].timout"`, `did you mean "plugins[0].timeout"?`}},
+		{"{name: a, path: a.wasm}\n  - {name: a, path: b.wasm}", []string{`plugins[1].name: "a"`, "plugins[0] has it"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.entry, func(t *testing.T) {
+			_, err := load(t, input{yaml: "plugins:\n  - " + tc.entry + "\n"})
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("err = %v, want a *config.Error", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
