@@ -1,0 +1,123 @@
+package abi
+
+import (
+	"encoding/binary"
+	"slices"
+	"testing"
+
+	"github.com/weirproxy/weir/sdk/plan"
+)
+
+// fuzzInput is the batch the fuzz targets decode against.
+func fuzzInput() []*plan.Service {
+	dup := simple("a", "first", 2)
+	return []*plan.Service{dup, rich(), simple("b", "third", 3)}
+}
+
+// FuzzDecode feeds arbitrary bytes to every decoder: none may panic, and an
+// accepted output may only make the changes the ABI allows.
+func FuzzDecode(f *testing.F) {
+	in := fuzzInput()
+	var e Encoder
+	f.Add(slices.Clone(e.Encode(testNode, in, true)))
+	f.Add(slices.Clone(e.Encode(plan.Node{}, nil, false)))
+	f.Add(slices.Clone(e.Encode(testNode, in[:1], false)))
+	f.Add([]byte("WEIR"))
+	f.Add([]byte{})
+	f.Add(make([]byte, 100))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkDecode(t, in, data)
+		exerciseViews(data)
+	})
+}
+
+// FuzzDecodeMutated applies byte edits (4-byte little-endian position, then a
+// value) to a valid batch and decodes it.
+func FuzzDecodeMutated(f *testing.F) {
+	in := fuzzInput()
+	var e Encoder
+	valid := slices.Clone(e.Encode(testNode, in, true))
+	rec1 := int(u32(valid, HeaderSize+4))
+	slot := func(i, j int) int { return slotOf(valid, i, j) }
+	for _, seed := range [][2]int{
+		{hCount, 2}, {HeaderSize, 1}, {rec1 + sEndpoints, 9}, {rec1 + sEndpoints, 2}, {rec1 + sScheduler, 3},
+		{rec1 + sAffinity + 2, 9}, {slot(1, 0) + eID, 3}, {slot(1, 1) + eWeight, 5}, {slot(0, 0) + eID, 1},
+		{rec1 + sEndpointsOff, 0}, {slot(2, 2) + ePod + 3, 0xff}, {rec1 + sLabels, 1},
+	} {
+		f.Add(binary.LittleEndian.AppendUint32(nil, uint32(seed[0])), byte(seed[1]))
+	}
+	f.Fuzz(func(t *testing.T, edits []byte, last byte) {
+		data := slices.Clone(valid)
+		edits = append(edits, last)
+		for ; len(edits) >= 5; edits = edits[5:] {
+			if p := int(binary.LittleEndian.Uint32(edits)); p < len(data) {
+				data[p] = edits[4]
+			}
+		}
+		checkDecode(t, in, data)
+		exerciseViews(data)
+	})
+}
+
+// checkDecode decodes data against in and checks that an accepted output
+// changed only what a plugin may.
+func checkDecode(t *testing.T, in []*plan.Service, data []byte) {
+	out, err := Decode(in, data)
+	if err != nil {
+		if _, ok := err.(*OutputError); !ok {
+			t.Fatalf("error %T is not an *OutputError: %v", err, err)
+		}
+		return
+	}
+	if len(out) != len(in) {
+		t.Fatalf("%d services out, %d in", len(out), len(in))
+	}
+	for i, s := range out {
+		if s == in[i] {
+			continue
+		}
+		a, b := *s, *in[i]
+		a.Endpoints, a.Affinity, a.Scheduler = nil, nil, ""
+		b.Endpoints, b.Affinity, b.Scheduler = nil, nil, ""
+		if !a.Equal(&b) {
+			t.Fatalf("service %d: a field a plugin may not change changed", i)
+		}
+		if s.Affinity != nil && s.Affinity.TimeoutSeconds > MaxAffinitySeconds {
+			t.Fatalf("service %d: affinity %d", i, s.Affinity.TimeoutSeconds)
+		}
+		if !slices.Contains(plan.Schedulers, s.Scheduler) {
+			t.Fatalf("service %d: scheduler %q", i, s.Scheduler)
+		}
+		seen := map[int]bool{}
+		for _, ep := range s.Endpoints {
+			j := slices.IndexFunc(in[i].Endpoints, func(o plan.Endpoint) bool { ep.Weight = o.Weight; return ep == o })
+			if j < 0 || seen[j] {
+				t.Fatalf("service %d: endpoint %v was not sent or is repeated", i, ep)
+			}
+			seen[j] = true
+		}
+	}
+}
+
+// exerciseViews runs every accessor of a batch Parse accepts.
+func exerciseViews(data []byte) {
+	if _, _, _, err := DecodeBatch(data); err != nil {
+		return
+	}
+	b, err := Parse(data)
+	if err != nil {
+		panic("DecodeBatch accepted what Parse rejects: " + err.Error())
+	}
+	for i := range b.Len() {
+		s := b.Service(i)
+		s.Label("app")
+		s.Annotation("a")
+		s.SortEndpoints(func(a, b Endpoint) bool { return a.Weight() < b.Weight() })
+		s.Keep(func(e Endpoint) bool { e.SetWeight(e.Weight() + 1); return e.ID()%2 == 0 })
+		if s.Len() > 1 {
+			s.Swap(0, s.Len()-1)
+		}
+		s.SetAffinity(s.AffinitySeconds())
+		_ = s.SetScheduler(s.Scheduler())
+	}
+}
