@@ -12,6 +12,7 @@ require (
 	github.com/knadh/koanf/providers/posflag v1.0.2
 	github.com/knadh/koanf/v2 v2.4.1
 	github.com/spf13/pflag v1.1.0
+	github.com/tetratelabs/wazero v1.12.0
 	github.com/vishvananda/netns v0.0.5
 	k8s.io/api v0.37.2
 	sigs.k8s.io/yaml v1.6.0

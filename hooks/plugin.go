@@ -1,0 +1,191 @@
+package hooks
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/weirproxy/weir/sdk/abi"
+	"github.com/weirproxy/weir/sdk/plan"
+)
+
+// maxIdle is how many idle instances a plugin keeps.
+const maxIdle = 2
+
+// plugin is one loaded version of a plugin file: its own runtime (so its
+// own memory limit), its compiled module and a pool of idle instances.
+type plugin struct {
+	*settings
+	sha  string
+	log  *slog.Logger
+	rt   wazero.Runtime
+	code wazero.CompiledModule
+
+	mu     sync.Mutex
+	idle   []*instance
+	closed bool
+
+	calls atomic.Int64 // weir_process calls, for tests
+	sent  atomic.Int64 // services sent, for tests
+}
+
+// open reads, verifies and loads a plugin file.
+func open(ctx context.Context, s *settings, cache wazero.CompilationCache, log *slog.Logger) (*plugin, error) {
+	data, sum, err := readFile(s)
+	if err != nil {
+		return nil, err
+	}
+	return load(ctx, s, data, sum, cache, log)
+}
+
+// readFile reads a plugin file and returns it with its hex sha256.
+func readFile(s *settings) ([]byte, string, error) {
+	data, err := os.ReadFile(s.Path)
+	if err != nil {
+		return nil, "", fmt.Errorf("plugin %q: %w", s.Name, err)
+	}
+	sum := sha256.Sum256(data)
+	return data, hex.EncodeToString(sum[:]), nil
+}
+
+// load checks data against the pinned sha256, compiles it and checks that
+// it instantiates and accepts its configuration.
+func load(ctx context.Context, s *settings, data []byte, sum string, cache wazero.CompilationCache,
+	log *slog.Logger) (*plugin, error) {
+	if s.SHA256 != "" && sum != s.SHA256 {
+		return nil, fmt.Errorf("plugin %q: sha256 of %s is %s, config pins %s", s.Name, s.Path, sum, s.SHA256)
+	}
+	p := &plugin{settings: s, sha: sum, log: log}
+	if err := p.compile(ctx, data, cache); err != nil {
+		_ = p.close()
+		return nil, fmt.Errorf("plugin %q: %s: %w", s.Name, s.Path, err)
+	}
+	return p, nil
+}
+
+// compile sets up the plugin's runtime and module and its first instance.
+func (p *plugin) compile(ctx context.Context, data []byte, cache wazero.CompilationCache) error {
+	cfg := wazero.NewRuntimeConfigCompiler().
+		WithCompilationCache(cache).
+		WithMemoryLimitPages(p.pages).
+		WithCloseOnContextDone(true)
+	p.rt = wazero.NewRuntimeWithConfig(ctx, cfg)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, p.rt); err != nil {
+		return fmt.Errorf("WASI: %w", err)
+	}
+	code, err := p.rt.CompileModule(ctx, data)
+	if err != nil {
+		return fmt.Errorf("compile: %w", err)
+	}
+	p.code = code
+	inst, err := p.newInstance(ctx)
+	if err != nil {
+		return err
+	}
+	p.put(inst)
+	return nil
+}
+
+// initTimeout bounds bringing up an instance.
+func (p *plugin) initTimeout() time.Duration {
+	return max(p.Timeout, time.Second)
+}
+
+// run sends one encoded batch holding the services in and returns the
+// services Weir will use. On any error the instance is discarded.
+func (p *plugin) run(ctx context.Context, batch []byte, in []*plan.Service) (out []*plan.Service, err error) {
+	inst, err := p.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.calls.Add(1)
+	p.sent.Add(int64(len(in)))
+	defer func() {
+		if r := recover(); r != nil { // Decode must not panic; if it does, the plugin failed
+			out, err = nil, fmt.Errorf("host panic while decoding the output: %v", r)
+		}
+		if err != nil {
+			inst.close()
+		} else {
+			p.put(inst)
+		}
+	}()
+	output, err := inst.call(ctx, batch, 2*len(batch)+4096)
+	if err != nil {
+		return nil, err
+	}
+	if out, err = abi.Decode(in, output); err != nil {
+		return nil, fmt.Errorf("invalid output: %w", err)
+	}
+	return out, nil
+}
+
+// get takes an idle instance or makes a new one.
+func (p *plugin) get(ctx context.Context) (*instance, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errClosed
+	}
+	if n := len(p.idle); n > 0 {
+		inst := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return inst, nil
+	}
+	p.mu.Unlock()
+	inst, err := p.newInstance(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("new instance: %w", err)
+	}
+	return inst, nil
+}
+
+// put returns a healthy instance to the pool, or closes it when the pool is full.
+func (p *plugin) put(inst *instance) {
+	p.mu.Lock()
+	if !p.closed && len(p.idle) < maxIdle {
+		p.idle = append(p.idle, inst)
+		inst = nil
+	}
+	p.mu.Unlock()
+	if inst != nil {
+		inst.close()
+	}
+}
+
+// close releases the plugin's instances, module and runtime; it is idempotent.
+func (p *plugin) close() error {
+	p.mu.Lock()
+	idle, already := p.idle, p.closed
+	p.idle, p.closed = nil, true
+	p.mu.Unlock()
+	if already {
+		return nil
+	}
+	for _, inst := range idle {
+		inst.close()
+	}
+	var errs []error
+	ctx := context.Background()
+	if p.code != nil {
+		errs = append(errs, p.code.Close(ctx))
+	}
+	if p.rt != nil {
+		errs = append(errs, p.rt.Close(ctx))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("plugin %q: close: %w", p.Name, err)
+	}
+	return nil
+}
