@@ -21,6 +21,8 @@ import (
 	"github.com/weirproxy/weir/core/runner"
 	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/core/source/files"
+	"github.com/weirproxy/weir/hooks"
+	"github.com/weirproxy/weir/sdk/plan"
 )
 
 // errUsage marks errors in how the command was invoked.
@@ -122,9 +124,24 @@ func runDaemon(env *environment) error {
 		return fmt.Errorf("conntrack: %w", err)
 	}
 	defer ct.Close()
-	p := proxy.New(proxy.Options{NodeName: env.cfg.NodeName, Backend: be, HealthChecks: hc, Conntrack: ct, Log: env.log})
+	var p *proxy.Proxy
+	chain, err := newChain(ctx, env, hooks.Options{OnReload: func() { p.RequestFullSync() }})
+	if err != nil {
+		return err
+	}
+	opts := proxy.Options{NodeName: env.cfg.NodeName, Backend: be, HealthChecks: hc, Conntrack: ct, Log: env.log}
+	defer closeChain(chain)
+	if chain != nil {
+		opts.Hooks = chain
+		go func() {
+			if err := chain.Watch(ctx); err != nil {
+				env.log.Error("Stopped watching plugin files; changes need a restart", "error", err)
+			}
+		}()
+	}
+	p = proxy.New(opts)
 	env.log.Info("Starting Weir", "version", version, "mode", env.cfg.Mode, "node", env.cfg.NodeName,
-		"source", env.cfg.Source.Kind, "path", env.cfg.Source.Path)
+		"source", env.cfg.Source.Kind, "path", env.cfg.Source.Path, "plugins", len(env.cfg.Plugins))
 	err = p.Run(ctx, src, runner.Options{MinInterval: env.cfg.MinSyncPeriod, MaxInterval: env.cfg.SyncPeriod})
 	env.log.Info("Stopping Weir; the rules stay in place")
 	return err
@@ -143,36 +160,54 @@ func runSync(env *environment) error {
 		return err
 	}
 	defer be.Close()
-	p, err := loadedProxy(env, be)
+	ctx, cancel := signalContext()
+	defer cancel()
+	chain, err := newChain(ctx, env, hooks.Options{})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := signalContext()
-	defer cancel()
+	defer closeChain(chain)
+	p, err := loadedProxy(ctx, env, be, chain)
+	if err != nil {
+		return err
+	}
 	return p.Sync(ctx, true)
 }
 
 func runPlan(env *environment) error {
-	p, err := loadedProxy(env, nil)
+	ctx, cancel := signalContext()
+	defer cancel()
+	var changes []change
+	chain, err := newChain(ctx, env, hooks.Options{OnChange: func(plugin string, before, after *plan.Service) {
+		changes = append(changes, change{plugin, before, after})
+	}})
 	if err != nil {
 		return err
 	}
-	if err := p.Sync(context.Background(), true); err != nil {
+	defer closeChain(chain)
+	p, err := loadedProxy(ctx, env, nil, chain)
+	if err != nil {
 		return err
 	}
-	_, err = io.WriteString(env.stdout, p.Plan().String())
+	if err := p.Sync(ctx, true); err != nil {
+		return err
+	}
+	_, err = io.WriteString(env.stdout, planText(p.Plan(), changes))
 	return err
 }
 
 // loadedProxy returns a proxy that has read the source's current objects.
-func loadedProxy(env *environment, be backends.Backend) (*proxy.Proxy, error) {
+// A nil chain runs no plugins; the proxy closes nothing it is given.
+func loadedProxy(ctx context.Context, env *environment, be backends.Backend, chain *hooks.Chain) (*proxy.Proxy, error) {
 	src, err := newSource(env)
 	if err != nil {
 		return nil, err
 	}
-	p := proxy.New(proxy.Options{NodeName: env.cfg.NodeName, Backend: be, Log: env.log})
-	ctx, cancel := signalContext()
-	defer cancel()
+	opts := proxy.Options{NodeName: env.cfg.NodeName, Backend: be, Log: env.log}
+	if chain != nil {
+		opts.Hooks = chain
+	}
+	p := proxy.New(opts)
 	if err := p.LoadOnce(ctx, src); err != nil {
 		return nil, fmt.Errorf("source %s: %w", env.cfg.Source.Kind, err)
 	}

@@ -27,14 +27,17 @@ type command struct {
 	summary string
 	flags   func(fs *pflag.FlagSet)
 	run     func(env *environment) error
+	// direct, when set, runs the command without Weir's configuration.
+	direct func(args []string, stdout, stderr io.Writer) error
 }
 
 var commands = []command{
-	{"run", "watch the source and keep the kernel's rules in sync (the daemon)", nil, runDaemon},
-	{"sync", "sync the rules once and exit (requires --once)", syncFlags, runSync},
-	{"plan", "print the rule plan computed from the source; touches no kernel", nil, runPlan},
-	{"cleanup", "remove every rule Weir installed", nil, runCleanup},
-	{"version", "print the version", nil, nil},
+	{"run", "watch the source and keep the kernel's rules in sync (the daemon)", nil, runDaemon, nil},
+	{"sync", "sync the rules once and exit (requires --once)", syncFlags, runSync, nil},
+	{"plan", "print the rule plan computed from the source, after the plugins; touches no kernel", nil, runPlan, nil},
+	{"cleanup", "remove every rule Weir installed", nil, runCleanup, nil},
+	{"plugin", "plugin test: show what a hook plugin does to the services of a manifests folder", nil, nil, runPluginCommand},
+	{"version", "print the version", nil, nil, nil},
 }
 
 func main() {
@@ -56,6 +59,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "weir %s\n", version)
 		return 0
 	}
+	if cmd.direct != nil {
+		return directResult(cmd, cmd.direct(args[1:], stdout, stderr), stderr)
+	}
 	env, err := setup(cmd, args[1:], stdout, stderr)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
@@ -76,6 +82,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	return 0
+}
+
+// directResult reports a direct command's error and picks the exit code.
+func directResult(cmd *command, err error, stderr io.Writer) int {
+	switch {
+	case err == nil || errors.Is(err, pflag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "weir %s: %v\n", cmd.name, err)
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "weir %s: %v\n", cmd.name, err)
+	return exitFailed
 }
 
 func findCommand(name string) *command {

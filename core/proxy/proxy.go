@@ -45,7 +45,7 @@ type Options struct {
 type Hooks interface {
 	// Apply returns the services the backend must use, aligned with
 	// services; nil means no rules. Its error reports plugin failures the
-	// hooks already handled by their failure policy.
+	// hooks already handled by their failure policy and logged.
 	Apply(ctx context.Context, node plan.Node, services []*plan.Service, full bool) ([]*plan.Service, error)
 	// Forget drops what the hooks remember of removed services.
 	Forget(keys ...plan.Key)

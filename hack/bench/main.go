@@ -2,7 +2,8 @@
 // kernel: it generates N services × M endpoints as manifests, runs
 // `weir sync --once` in a fresh network namespace (wall time, peak RSS), then
 // runs `weir run` and times one EndpointSlice file change until its
-// transaction is committed. It needs root.
+// transaction is committed. With --plugins it measures the same work again
+// through three example hook plugins. It needs root.
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +30,7 @@ func main() {
 	counts := flag.String("services", "1000,10000", "comma-separated service counts")
 	endpoints := flag.Int("endpoints", 10, "endpoints per service")
 	changes := flag.Int("changes", 7, "one-endpoint changes to time in weir run")
+	plugins := flag.String("plugins", "", "folder of the example plugins' .wasm files; adds rows through three plugins")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (creates network namespaces)")
@@ -40,13 +43,60 @@ func main() {
 		if err != nil {
 			fatal(fmt.Errorf("bad --services value %q", s))
 		}
-		r, err := measure(*weir, n, *endpoints, *changes)
-		if err != nil {
-			fatal(err)
+		configs := []string{""}
+		if *plugins != "" {
+			cfg, err := pluginConfig(*plugins)
+			if err != nil {
+				fatal(err)
+			}
+			defer os.Remove(cfg)
+			configs = append(configs, cfg)
 		}
-		fmt.Printf("| %d × %d | %s | %d MB | %s | %d MB |\n", n, *endpoints, r.once.Round(time.Millisecond), r.onceRSS>>10,
-			r.change.Round(100*time.Microsecond), r.runRSS>>10)
+		for _, cfg := range configs {
+			r, err := measure(*weir, n, *endpoints, *changes, cfg)
+			if err != nil {
+				fatal(err)
+			}
+			label := ""
+			if cfg != "" {
+				label = " + 3 plugins"
+			}
+			fmt.Printf("| %d × %d%s | %s | %d MB | %s | %d MB |\n", n, *endpoints, label, r.once.Round(time.Millisecond),
+				r.onceRSS>>10, r.change.Round(100*time.Microsecond), r.runRSS>>10)
+		}
 	}
+}
+
+// pluginConfig writes a Weir config running drain (which takes node-2's
+// endpoints out of every service: every service changes), zone-preference
+// and affinity (which find nothing to change) from dir. It returns its path.
+func pluginConfig(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	cache, err := os.MkdirTemp("", "weir-bench-cache-")
+	if err != nil {
+		return "", err
+	}
+	cfg := fmt.Sprintf(`hooks:
+  cacheDir: %s
+plugins:
+  - name: drain
+    path: %s/drain.wasm
+    config: {nodes: [node-2]}
+  - name: zone-preference
+    path: %s/zone-preference.wasm
+  - name: affinity
+    path: %s/affinity.wasm
+`, cache, abs, abs, abs)
+	f, err := os.CreateTemp("", "weir-bench-*.yaml")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	_, err = f.WriteString(cfg)
+	return f.Name(), err
 }
 
 type result struct {
@@ -61,7 +111,7 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func measure(weir string, n, eps, changes int) (result, error) {
+func measure(weir string, n, eps, changes int, cfg string) (result, error) {
 	dir, err := os.MkdirTemp("", "weir-bench-")
 	if err != nil {
 		return result{}, err
@@ -76,19 +126,24 @@ func measure(weir string, n, eps, changes int) (result, error) {
 	}
 	defer exec.Command("ip", "netns", "delete", ns).Run()
 	var r result
-	if r.once, r.onceRSS, err = syncOnce(weir, ns, dir); err != nil {
+	if r.once, r.onceRSS, err = syncOnce(weir, ns, dir, cfg); err != nil {
 		return r, err
 	}
-	r.change, r.runRSS, err = timeChanges(weir, ns, dir, n, eps, changes)
+	r.change, r.runRSS, err = timeChanges(weir, ns, dir, n, eps, changes, cfg)
 	return r, err
 }
 
-func weirArgs(ns string, args ...string) []string {
-	return append([]string{"netns", "exec", ns, "env", "-u", "WEIR_CONFIG"}, append([]string{}, args...)...)
+// weirArgs runs weir in ns, with the config file cfg unless it is empty.
+func weirArgs(ns, cfg string, args ...string) []string {
+	out := append([]string{"netns", "exec", ns, "env", "-u", "WEIR_CONFIG"}, args...)
+	if cfg != "" {
+		out = append(out, "--config", cfg)
+	}
+	return out
 }
 
-func syncOnce(weir, ns, dir string) (time.Duration, int64, error) {
-	cmd := exec.Command("ip", weirArgs(ns, weir, "sync", "--once", "--source-path", dir,
+func syncOnce(weir, ns, dir, cfg string) (time.Duration, int64, error) {
+	cmd := exec.Command("ip", weirArgs(ns, cfg, weir, "sync", "--once", "--source-path", dir,
 		"--node-name", "node-0", "--log-level", "warn")...)
 	cmd.Stderr = os.Stderr
 	start := time.Now()
@@ -100,10 +155,10 @@ func syncOnce(weir, ns, dir string) (time.Duration, int64, error) {
 
 // timeChanges starts weir run, waits for its first sync, then rewrites one
 // EndpointSlice at a time and measures until the "Synced rules" log line.
-func timeChanges(weir, ns, dir string, n, eps, changes int) (time.Duration, int64, error) {
+func timeChanges(weir, ns, dir string, n, eps, changes int, cfg string) (time.Duration, int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", weirArgs(ns, weir, "run", "--source-path", dir, "--node-name", "node-0",
+	cmd := exec.CommandContext(ctx, "ip", weirArgs(ns, cfg, weir, "run", "--source-path", dir, "--node-name", "node-0",
 		"--min-sync-period", "0s", "--log-format", "json")...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
