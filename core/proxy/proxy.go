@@ -149,7 +149,9 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	node := p.plan.Node
 	p.stale = p.stale[:0]
 	planned := p.update(full)
+	hooksStart := time.Now()
 	changed := p.applyHooks(ctx, planned, full)
+	hooksTook := time.Since(hooksStart)
 	// A node change alone (podCIDRs, addresses) still reaches the backend,
 	// with no changed services.
 	nodeChanged := !slices.Equal(node.PodCIDRs, p.plan.Node.PodCIDRs) || !slices.Equal(node.Addresses, p.plan.Node.Addresses)
@@ -171,8 +173,12 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	p.resync = false
 	p.clearStaleFlows(ctx)
 	p.syncHealthChecks()
-	p.log.Info("Synced rules", "full", full, "services", len(p.final.Services), "changed", len(changed),
-		"duration", time.Since(start).Round(time.Microsecond))
+	attrs := []any{"full", full, "services", len(p.final.Services), "changed", len(changed),
+		"duration", time.Since(start).Round(time.Microsecond)}
+	if p.opts.Hooks != nil {
+		attrs = append(attrs, "hooks", hooksTook.Round(time.Microsecond))
+	}
+	p.log.Info("Synced rules", attrs...)
 	return nil
 }
 

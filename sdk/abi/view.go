@@ -51,9 +51,17 @@ func (b *Batch) Len() int { return b.n }
 // Service returns a view of service i; it panics when i is out of range.
 func (b *Batch) Service(i int) Service {
 	if i < 0 || i >= b.n {
-		panic("abi: service index " + strconv.Itoa(i) + " out of range [0," + strconv.Itoa(b.n) + ")")
+		outOfRange("service", i, b.n)
 	}
 	return Service{buf: b.buf, off: int(u32(b.buf, HeaderSize+4*i))}
+}
+
+// outOfRange panics for an index out of range; kept out of the accessors so
+// that they inline (in a plugin every call costs a check of the deadline).
+//
+//go:noinline
+func outOfRange(what string, i, n int) {
+	panic("abi: " + what + " index " + strconv.Itoa(i) + " out of range [0," + strconv.Itoa(n) + ")")
 }
 
 // check validates a batch's bounds and returns its number of services.
@@ -275,7 +283,7 @@ func (s Service) slot(i int) int {
 // another endpoint); it panics when i is out of range.
 func (s Service) Endpoint(i int) Endpoint {
 	if n := s.Len(); i < 0 || i >= n {
-		panic("abi: endpoint index " + strconv.Itoa(i) + " out of range [0," + strconv.Itoa(n) + ")")
+		outOfRange("endpoint", i, n)
 	}
 	p := s.slot(i)
 	return Endpoint{buf: s.buf, rec: s.buf[p : p+EndpointSize : p+EndpointSize]}
