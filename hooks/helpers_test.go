@@ -23,13 +23,18 @@ import (
 // cacheDir is wazero's compilation cache shared by every test run.
 var guestDir, cacheDir string
 
-// guestBuilds lists the test guests: output name, package and extra flags.
+// guestBuilds lists the test guests and the example plugins: output name,
+// package and extra flags.
 var guestBuilds = []struct{ name, pkg, ldflags string }{
-	{"hostile", "hostile", ""},
-	{"reweight", "reweight", ""},
-	{"noop", "noop", ""},
-	{"raw", "raw", ""},
-	{"abiv2", "raw", "-X main.abiVersion=2"},
+	{"hostile", "./testdata/guests/hostile", ""},
+	{"reweight", "./testdata/guests/reweight", ""},
+	{"noop", "./testdata/guests/noop", ""},
+	{"raw", "./testdata/guests/raw", ""},
+	{"abiv2", "./testdata/guests/raw", "-X main.abiVersion=2"},
+	{"canary", "../plugins/canary", ""},
+	{"zone-preference", "../plugins/zone-preference", ""},
+	{"drain", "../plugins/drain", ""},
+	{"affinity", "../plugins/affinity", ""},
 }
 
 func TestMain(m *testing.M) {
@@ -70,7 +75,7 @@ func buildGuests() error {
 			if g.ldflags != "" {
 				args = append(args, "-ldflags", g.ldflags)
 			}
-			cmd := exec.Command("go", append(args, "./testdata/guests/"+g.pkg)...)
+			cmd := exec.Command("go", append(args, g.pkg)...)
 			cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				errs[i] = fmt.Errorf("build test guest %s: %v\n%s", g.name, err, out)
