@@ -1,49 +1,10 @@
 package main
 
 import (
-	"io"
-	"strconv"
 	"testing"
 
-	"github.com/weirproxy/weir/sdk/abi"
-	"github.com/weirproxy/weir/sdk/guest"
-	"github.com/weirproxy/weir/sdk/plan"
-	"github.com/weirproxy/weir/sdk/sdktest"
+	"github.com/weirproxy/weir/plugins/internal/bench"
 )
 
-// BenchmarkProcess runs the plugin on a full sync of 10k services with 10
-// endpoints each (2 canary pods, nodes in 3 zones and 2 pools), annotated for
-// every example plugin.
-const benchConfig = `{"patterns":["pool-1-*"]}`
-
-func BenchmarkProcess(b *testing.B) {
-	var svcs []*plan.Service
-	for i := range 10000 {
-		var eps []plan.Endpoint
-		for j := range 10 {
-			pod := "web-" + strconv.Itoa(j)
-			if j < 2 {
-				pod = "web-canary-" + strconv.Itoa(j)
-			}
-			addr := "10." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250) + "." + strconv.Itoa(j+1)
-			node := "pool-" + strconv.Itoa(j%2) + "-" + strconv.Itoa((i+j)%50)
-			eps = append(eps, sdktest.Endpoint(addr, 8080, node, "zone-"+strconv.Itoa(j%3), pod))
-		}
-		s := sdktest.Service("ns", "svc-"+strconv.Itoa(i), "10.96."+strconv.Itoa(i/250)+"."+strconv.Itoa(i%250), 80, eps...)
-		s.Annotations = map[string]string{"canary.weir.dev/split": "web-canary=10", "affinity.weir.dev/client-ip": "30m"}
-		svcs = append(svcs, s)
-	}
-	var enc abi.Encoder
-	in := enc.Encode(plan.Node{Name: "pool-0-1", Zone: "zone-0"}, svcs, true)
-	if st := guest.Configure(plugin, []byte(benchConfig), io.Discard); st != abi.StatusOK {
-		b.Fatal(st)
-	}
-	buf := make([]byte, len(in))
-	b.ResetTimer()
-	for range b.N {
-		copy(buf, in)
-		if _, st := guest.Process(plugin, buf, io.Discard); st != abi.StatusOK {
-			b.Fatal(st)
-		}
-	}
-}
+// BenchmarkProcess runs the plugin natively on a full sync of 10k services.
+func BenchmarkProcess(b *testing.B) { bench.Process(b, plugin, `{"patterns":["pool-1-*"]}`) }
