@@ -228,6 +228,23 @@ func TestChainMatch(t *testing.T) {
 	}
 }
 
+func TestChainMatchAnnotations(t *testing.T) {
+	cfg := reweight("reweight", "w")
+	cfg.Match = Match{Annotations: []string{"other", "w"}}
+	c, _ := newChain(t, Options{}, cfg)
+	in := []*plan.Service{svc("shop", "web", 1, "w", "5"), svc("shop", "db", 1), svc("shop", "api", 1, "x", "1")}
+	out, err := apply(c, in, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0] == in[0] || weights(out[0])[0] != 5 || out[1] != in[1] || out[2] != in[2] {
+		t.Errorf("outputs %v, want only the annotated service re-weighted", out)
+	}
+	if _, sent := stats(c, "reweight"); sent != 1 {
+		t.Errorf("sent %d services, want only the one carrying an annotation of the list", sent)
+	}
+}
+
 // TestQuarantine follows a plugin that keeps failing into quarantine, through
 // a failed and a good trial call, on an injected clock.
 func TestQuarantine(t *testing.T) {

@@ -33,11 +33,18 @@ type Match struct {
 	Namespaces []string
 	// Selector matches the Service's labels; nil matches all.
 	Selector labels.Selector
+	// Annotations, when set, limits the plugin to services that carry at
+	// least one of these annotation keys (a plugin driven by annotations
+	// then never sees the others).
+	Annotations []string
 }
 
 // matches reports whether s is one of the services the plugin sees.
 func (m Match) matches(s *plan.Service) bool {
 	if len(m.Namespaces) > 0 && !slices.Contains(m.Namespaces, s.Key.Namespace) {
+		return false
+	}
+	if len(m.Annotations) > 0 && !slices.ContainsFunc(m.Annotations, func(k string) bool { _, ok := s.Annotations[k]; return ok }) {
 		return false
 	}
 	return m.Selector == nil || m.Selector.Matches(labels.Set(s.Labels))

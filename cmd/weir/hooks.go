@@ -18,7 +18,7 @@ func hookConfigs(list []config.Plugin) ([]hooks.Config, error) {
 		c := hooks.Config{
 			Name: p.Name, Path: p.Path, SHA256: p.SHA256, Config: p.Config,
 			FailurePolicy: hooks.Policy(p.FailurePolicy), Timeout: p.Timeout, MemoryLimit: p.MemoryLimit,
-			Match: hooks.Match{Namespaces: p.Namespaces},
+			Match: hooks.Match{Namespaces: p.Namespaces, Annotations: p.Annotations},
 		}
 		if p.Selector != "" {
 			sel, err := labels.Parse(p.Selector)

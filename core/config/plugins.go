@@ -34,6 +34,9 @@ type Plugin struct {
 	// Selector, when set, limits the plugin to services whose labels match
 	// it (kubectl's label selector syntax).
 	Selector string
+	// Annotations, when set, limits the plugin to services carrying at
+	// least one of these annotation keys.
+	Annotations []string
 }
 
 // Plugin defaults and bounds.
@@ -61,7 +64,8 @@ const (
 	allowedMemory      = "a size between 4Mi and 4Gi, such as 64Mi"
 	allowedNamespaces  = "a list of namespace names"
 	allowedSelector    = "a label selector such as app=web,tier!=db or 'env in (prod, staging)'"
-	allowedPluginMatch = "a mapping with the keys namespaces, selector"
+	allowedAnnotations = "a list of annotation keys such as canary.weir.dev/split"
+	allowedPluginMatch = "a mapping with the keys namespaces, selector, annotations"
 )
 
 // pluginField is a bad value at one key of one plugins entry.
@@ -150,6 +154,13 @@ func decodeMatch(p *Plugin, raw any) []pluginField {
 				continue
 			}
 			p.Namespaces = ns
+		case "annotations":
+			keys, ok := list(v)
+			if !ok || len(keys) == 0 || slices.ContainsFunc(keys, func(k string) bool { return strings.ContainsAny(k, " \t=") }) {
+				errs = append(errs, pluginField{"match.annotations", &bad{show(v), allowedAnnotations}})
+				continue
+			}
+			p.Annotations = keys
 		case "selector":
 			s, ok := scalar(v)
 			if _, err := labels.Parse(s); !ok || err != nil {

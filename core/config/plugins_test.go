@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -22,6 +24,7 @@ func TestPlugins(t *testing.T) {
     match:
       namespaces: [shop, payments]
       selector: "app in (web, api),tier!=db"
+      annotations: [zone-preference.weir.dev/min]
   - name: drain
     path: drain.wasm
 `
@@ -35,6 +38,7 @@ func TestPlugins(t *testing.T) {
 		FailurePolicy: "closed", Timeout: 250 * time.Millisecond, MemoryLimit: 32 << 20,
 		Config:     map[string]any{"minEndpoints": 3, "zones": []any{"a", "b"}},
 		Namespaces: []string{"shop", "payments"}, Selector: "app in (web, api),tier!=db",
+		Annotations: []string{"zone-preference.weir.dev/min"},
 	}, {
 		Name: "drain", Path: "drain.wasm", FailurePolicy: "open",
 		Timeout: 100 * time.Millisecond, MemoryLimit: 64 << 20,
@@ -59,7 +63,8 @@ func TestPluginErrors(t *testing.T) {
 		{"{name: a, path: a.wasm, memoryLimit: 1Mi}", []string{`plugins[0].memoryLimit: "1Mi"`, "between 4Mi and 4Gi"}},
 		{"{name: a, path: a.wasm, match: {selector: 'a in b'}}", []string{`plugins[0].match.selector: "a in b"`}},
 		{"{name: a, path: a.wasm, match: {namespaces: [Not/Valid]}}", []string{`plugins[0].match.namespaces`}},
-		{"{name: a, path: a.wasm, match: {labels: x}}", []string{`plugins[0].match.labels`, "namespaces, selector"}},
+		{"{name: a, path: a.wasm, match: {labels: x}}", []string{`plugins[0].match.labels`, "namespaces, selector, annotations"}},
+		{"{name: a, path: a.wasm, match: {annotations: ['a b']}}", []string{`plugins[0].match.annotations: "[a b]"`, "annotation keys"}},
 		{"{name: a, path: a.wasm, timout: 1s}", []string{`unknown key "plugins[0].timout"`, `did you mean "plugins[0].timeout"?`}},
 		{"{name: a, path: a.wasm}\n  - {name: a, path: b.wasm}", []string{`plugins[1].name: "a"`, "plugins[0] has it"}},
 	}
@@ -76,5 +81,28 @@ func TestPluginErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPluginExamples loads every example plugin's config.yaml, so the
+// examples cannot drift from what Weir accepts.
+func TestPluginExamples(t *testing.T) {
+	files, err := filepath.Glob("../../plugins/*/config.yaml")
+	if err != nil || len(files) < 5 {
+		t.Fatalf("example configs: %v (found %d)", err, len(files))
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := load(t, input{yaml: string(data)})
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if name := filepath.Base(filepath.Dir(f)); len(got.Plugins) != 1 || got.Plugins[0].Name != name {
+			t.Errorf("%s: plugins %+v, want one named %s", f, got.Plugins, name)
+		}
 	}
 }
