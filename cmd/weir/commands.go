@@ -124,8 +124,13 @@ func runDaemon(env *environment) error {
 		return fmt.Errorf("conntrack: %w", err)
 	}
 	defer ct.Close()
-	var p *proxy.Proxy
-	chain, err := newChain(ctx, env, hooks.Options{OnReload: func() { p.RequestFullSync() }})
+	reloaded := make(chan struct{}, 1)
+	chain, err := newChain(ctx, env, hooks.Options{OnReload: func() {
+		select {
+		case reloaded <- struct{}{}:
+		default:
+		}
+	}})
 	if err != nil {
 		return err
 	}
@@ -133,13 +138,11 @@ func runDaemon(env *environment) error {
 	defer closeChain(chain)
 	if chain != nil {
 		opts.Hooks = chain
-		go func() {
-			if err := chain.Watch(ctx); err != nil {
-				env.log.Error("Stopped watching plugin files; changes need a restart", "error", err)
-			}
-		}()
 	}
-	p = proxy.New(opts)
+	p := proxy.New(opts)
+	if chain != nil {
+		go watchPlugins(ctx, env, chain, reloaded, p)
+	}
 	env.log.Info("Starting Weir", "version", version, "mode", env.cfg.Mode, "node", env.cfg.NodeName,
 		"source", env.cfg.Source.Kind, "path", env.cfg.Source.Path, "plugins", len(env.cfg.Plugins))
 	err = p.Run(ctx, src, runner.Options{MinInterval: env.cfg.MinSyncPeriod, MaxInterval: env.cfg.SyncPeriod})

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/weirproxy/weir/core/config"
+	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/hooks"
 	"github.com/weirproxy/weir/sdk/plan"
 )
@@ -48,6 +49,25 @@ func newChain(ctx context.Context, env *environment, opts hooks.Options) (*hooks
 		return nil, fmt.Errorf("plugins: %w", err)
 	}
 	return chain, nil
+}
+
+// watchPlugins reloads changed plugin files until ctx is done; every
+// reload makes the next sync a full one, so all services pass the new
+// version.
+func watchPlugins(ctx context.Context, env *environment, chain *hooks.Chain, reloaded <-chan struct{}, p *proxy.Proxy) {
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-reloaded:
+				p.RequestFullSync()
+			}
+		}
+	}()
+	if err := chain.Watch(ctx); err != nil {
+		env.log.Error("Stopped watching plugin files; changes need a restart", "error", err)
+	}
 }
 
 // change is one plugin's edit of one service, for weir plan.

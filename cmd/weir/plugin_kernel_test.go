@@ -27,9 +27,9 @@ func buildPlugin(t *testing.T, name string) string {
 }
 
 // canaryDemo copies the demo manifests with the web service split 90/10:
-// pod-c is the canary. It returns the manifests folder and a Weir config
-// file that loads the canary plugin.
-func canaryDemo(t *testing.T) (dir, cfg string) {
+// pod-c is the canary. It returns the manifests folder, a Weir config file
+// that loads the canary plugin, and the plugin's file.
+func canaryDemo(t *testing.T) (dir, cfg, plugin string) {
 	t.Helper()
 	dir = copyDemo(t)
 	web := filepath.Join(dir, "web.yaml")
@@ -46,12 +46,13 @@ func canaryDemo(t *testing.T) (dir, cfg string) {
 		t.Fatal(err)
 	}
 	cfg = filepath.Join(t.TempDir(), "weir.yaml")
+	plugin = buildPlugin(t, "canary")
 	yaml := "hooks:\n  cacheDir: " + filepath.Join(t.TempDir(), "cache") + "\nplugins:\n" +
-		"  - name: canary\n    path: " + buildPlugin(t, "canary") + "\n    failurePolicy: closed\n"
+		"  - name: canary\n    path: " + plugin + "\n    failurePolicy: closed\n"
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return dir, cfg
+	return dir, cfg, plugin
 }
 
 // TestKernelPluginWeights runs weir with the canary plugin and counts real
@@ -59,7 +60,7 @@ func canaryDemo(t *testing.T) (dir, cfg string) {
 func TestKernelPluginWeights(t *testing.T) {
 	netns.RequireRoot(t)
 	weir := buildWeir(t)
-	dir, cfg := canaryDemo(t)
+	dir, cfg, _ := canaryDemo(t)
 	topo := netns.NewT(t, netns.Options{Pods: demoPods})
 	runWeir(t, topo.Node, weir, "sync", "--once", "--config", cfg, "--source-path", dir, "--node-name", demoNode)
 	const n = 1000
@@ -79,7 +80,7 @@ func TestKernelPluginWeights(t *testing.T) {
 // TestPlanShowsPluginChanges checks that weir plan says which plugin
 // changed which lines of a service.
 func TestPlanShowsPluginChanges(t *testing.T) {
-	dir, cfg := canaryDemo(t)
+	dir, cfg, _ := canaryDemo(t)
 	var stdout, stderr strings.Builder
 	code := run([]string{"plan", "--config", cfg, "--source-path", dir, "--node-name", demoNode}, &stdout, &stderr)
 	if code != 0 {
@@ -99,8 +100,7 @@ func TestPlanShowsPluginChanges(t *testing.T) {
 
 // TestPluginTestCommand runs weir plugin test on the canary demo.
 func TestPluginTestCommand(t *testing.T) {
-	dir, _ := canaryDemo(t)
-	plugin := buildPlugin(t, "canary")
+	dir, _, plugin := canaryDemo(t)
 	var stdout, stderr strings.Builder
 	code := run([]string{"plugin", "test", "--plugin", plugin, "--manifests", dir, "--node-name", demoNode}, &stdout, &stderr)
 	if code != 0 {
@@ -120,5 +120,67 @@ func TestPluginTestCommand(t *testing.T) {
 	code = run([]string{"plugin", "test", "--manifests", dir}, &stdout, &stderr)
 	if code != exitUsage {
 		t.Errorf("weir plugin test without --plugin exited %d, want %d", code, exitUsage)
+	}
+}
+
+// TestKernelPluginHotReload runs weir with a plugin file that changes
+// nothing (affinity, for services without its annotation), then replaces
+// the file with the canary plugin: weir reloads it, resyncs everything, and
+// real traffic follows the 90/10 split.
+func TestKernelPluginHotReload(t *testing.T) {
+	netns.RequireRoot(t)
+	weir := buildWeir(t)
+	dir, cfg, pluginPath := canaryDemo(t)
+	canary, err := os.ReadFile(pluginPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replaceFile(t, pluginPath, buildPlugin(t, "affinity"))
+	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	d := startDaemon(t, topo.Node, weir, "run", "--config", cfg, "--source-path", dir, "--node-name", demoNode,
+		"--min-sync-period", "0s")
+	waitAnswer(t, d, topo.Client, webVIP)
+	if got := netns.Tally(netns.DialMany(t, topo.Client, webVIP, 300)); got["pod-c"] < 50 {
+		t.Fatalf("before the reload pod-c answered %d of 300, want about a third: %v", got["pod-c"], got)
+	}
+
+	tmp := pluginPath + ".new"
+	if err := os.WriteFile(tmp, canary, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, pluginPath); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(afterReload(d.out.String()), `msg="Synced rules" full=true`) {
+		d.mustRun(t)
+		if time.Now().After(deadline) {
+			t.Fatalf("no full sync after the plugin file changed:\n%s", d.out)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the daemon's log, not synchronising with it
+	}
+	const n = 1000
+	got := netns.Tally(netns.DialMany(t, topo.Client, webVIP, n))
+	if c := got["pod-c"]; c < 60 || c > 140 {
+		t.Errorf("after the reload the canary pod-c answered %d of %d connections, want about 100: %v", c, n, got)
+	}
+	runWeir(t, topo.Node, weir, "cleanup")
+}
+
+// afterReload returns the part of a log after "Reloaded plugin".
+func afterReload(log string) string {
+	_, after, _ := strings.Cut(log, `msg="Reloaded plugin"`)
+	return after
+}
+
+// replaceFile copies src over dst.
+func replaceFile(t *testing.T, dst, src string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, data, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

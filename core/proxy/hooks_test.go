@@ -149,3 +149,18 @@ func TestHookFailuresDoNotStopTheSync(t *testing.T) {
 		t.Fatalf("backend called %d times, want once", be.count())
 	}
 }
+
+func TestRequestFullSync(t *testing.T) {
+	h := &fakeHooks{}
+	p, be, _, _ := hookedProxy(t, h)
+	p.RequestFullSync() // before Run: no trigger yet, only the flag
+	if err := p.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if _, full := h.last(); !full {
+		t.Error("the sync after RequestFullSync did not run the hooks over every service")
+	}
+	if c := be.last(t); !c.full() {
+		t.Errorf("the sync after RequestFullSync passed changed=%v to the backend, want a full sync", c.changed)
+	}
+}

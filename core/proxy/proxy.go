@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirproxy/weir/backends"
@@ -66,7 +67,9 @@ type Proxy struct {
 	opts    Options
 	log     *slog.Logger
 	tracker *tracker.Tracker
-	trigger func()
+	// trigger asks for a sync; set by Run and LoadOnce, called from the
+	// source's goroutine and by RequestFullSync.
+	trigger atomic.Pointer[func()]
 
 	mu sync.Mutex
 	// plan is the planner's output; final is what the backend commits:
@@ -102,9 +105,7 @@ func New(opts Options) *Proxy {
 		healthChecks: map[string]health.Service{},
 	}
 	p.tracker = tracker.New(func() {
-		if p.trigger != nil {
-			p.trigger()
-		}
+		p.requestSync()
 	})
 	return p
 }
@@ -126,15 +127,22 @@ func (p *Proxy) Planned() *plan.Plan {
 	return p.plan.Clone()
 }
 
+// requestSync calls the trigger Run or LoadOnce installed, if any.
+func (p *Proxy) requestSync() {
+	if t := p.trigger.Load(); t != nil {
+		(*t)()
+	}
+}
+
+func (p *Proxy) setTrigger(f func()) { p.trigger.Store(&f) }
+
 // RequestFullSync makes the next sync a full one and asks the runner for it
 // (after a hook plugin was reloaded, every service must pass through it).
 func (p *Proxy) RequestFullSync() {
 	p.mu.Lock()
 	p.resync = true
 	p.mu.Unlock()
-	if p.trigger != nil {
-		p.trigger()
-	}
+	p.requestSync()
 }
 
 // Sync plans the services touched since the last sync (every service when
@@ -350,11 +358,11 @@ func (p *Proxy) LoadOnce(ctx context.Context, src source.Source) error {
 	defer cancel()
 	synced := make(chan struct{})
 	var once sync.Once
-	p.trigger = func() {
+	p.setTrigger(func() {
 		if p.tracker.Synced() {
 			once.Do(func() { close(synced) })
 		}
-	}
+	})
 	errc := make(chan error, 1)
 	go func() { errc <- src.Run(ctx, p.tracker) }()
 	select {
@@ -379,12 +387,12 @@ func (p *Proxy) Run(ctx context.Context, src source.Source, opts runner.Options)
 	r := runner.New(p.Sync, opts)
 	synced := make(chan struct{})
 	var once sync.Once
-	p.trigger = func() {
+	p.setTrigger(func() {
 		if p.tracker.Synced() {
 			once.Do(func() { close(synced) })
 			r.Trigger()
 		}
-	}
+	})
 	errc := make(chan error, 1)
 	go func() { errc <- src.Run(ctx, p.tracker) }()
 	select {
