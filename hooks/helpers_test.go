@@ -143,10 +143,22 @@ func testLog(t testing.TB) (*slog.Logger, *logBuffer) {
 	return slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})), lb
 }
 
+// testTimeout replaces the default call timeout in tests: under -race on a
+// loaded 2-core machine a guest's garbage collection alone can take longer
+// than 100 ms. Tests about deadlines set their own.
+const testTimeout = 5 * time.Second
+
 // newChain starts a chain with the shared compilation cache and a recording
-// log unless opts say otherwise, and closes it when the test ends.
+// log unless opts say otherwise, and closes it when the test ends. Plugins
+// without a timeout get testTimeout.
 func newChain(t testing.TB, opts Options, plugins ...Config) (*Chain, *logBuffer) {
 	t.Helper()
+	plugins = slices.Clone(plugins)
+	for i := range plugins {
+		if plugins[i].Timeout == 0 {
+			plugins[i].Timeout = testTimeout
+		}
+	}
 	var lb *logBuffer
 	if opts.Log == nil {
 		opts.Log, lb = testLog(t)

@@ -145,7 +145,7 @@ func testRustRefusesConfig(t *testing.T, wasm string) {
 func newRustChain(t *testing.T, wasm string) (*hooks.Chain, *logRecorder) {
 	t.Helper()
 	log := &logRecorder{}
-	chain, err := hooks.New(t.Context(), []hooks.Config{{Name: "local-boost", Path: wasm}},
+	chain, err := hooks.New(t.Context(), []hooks.Config{{Name: "local-boost", Path: wasm, Timeout: 5 * time.Second}},
 		hooks.Options{Log: slog.New(log)})
 	if err != nil {
 		t.Fatalf("loading the Rust plugin: %v\nlog:\n%s", err, log)
