@@ -60,6 +60,8 @@ type Config struct {
 	Log LogConfig
 	// NFTables holds settings used only by the nftables backend.
 	NFTables NFTablesConfig
+	// IPTables holds settings used only by the iptables backend.
+	IPTables IPTablesConfig
 	// Hooks holds settings shared by all hook plugins.
 	Hooks HooksConfig
 	// Plugins are the hook plugins, in the order they run. Nil when unset.
@@ -131,6 +133,13 @@ type NFTablesConfig struct {
 	Table string
 }
 
+// IPTablesConfig holds settings used only by the iptables backend.
+type IPTablesConfig struct {
+	// Backend picks the iptables flavour: "auto" (the one the host already
+	// uses, like kube-proxy), "nft" or "legacy".
+	Backend string
+}
+
 // Default returns the configuration Weir uses when nothing is set.
 //
 // NodeName defaults to the host name in lower case, like kube-proxy's
@@ -147,6 +156,7 @@ func Default() *Config {
 		HealthzBindAddress: "0.0.0.0:10256",
 		Log:                LogConfig{Format: "text", Level: "info"},
 		NFTables:           NFTablesConfig{Table: "weir"},
+		IPTables:           IPTablesConfig{Backend: "auto"},
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
 		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
 		LocalhostNodePorts: true,

@@ -67,6 +67,7 @@ func TestDefault(t *testing.T) {
 		HealthzBindAddress: "0.0.0.0:10256",
 		Log:                LogConfig{Format: "text", Level: "info"},
 		NFTables:           NFTablesConfig{Table: "weir"},
+		IPTables:           IPTablesConfig{Backend: "auto"},
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
 		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
 		LocalhostNodePorts: true,
@@ -107,6 +108,7 @@ func TestNames(t *testing.T) {
 		{"log.format", "WEIR_LOG_FORMAT", "log-format"},
 		{"log.level", "WEIR_LOG_LEVEL", "log-level"},
 		{"nftables.table", "WEIR_NFTABLES_TABLE", "nftables-table"},
+		{"iptables.backend", "WEIR_IPTABLES_BACKEND", "iptables-backend"},
 		{"hooks.cacheDir", "WEIR_HOOKS_CACHE_DIR", "hooks-cache-dir"},
 		{"plugins", "", ""},
 	}

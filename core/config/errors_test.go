@@ -102,7 +102,7 @@ func TestUnknownKeys(t *testing.T) {
 			`config: unknown key "log.colour" in file FILE; known keys: format, level`},
 		{"dotted key in YAML",
 			input{yaml: "source.kind: files\n"},
-			`config: unknown key "source.kind" in file FILE; known keys: mode, nodeName, source, clusterCIDRs, localDetector, masqueradeAll, localhostNodePorts, nodePortAddresses, syncPeriod, minSyncPeriod, metricsBindAddress, healthzBindAddress, log, nftables, hooks, plugins`},
+			`config: unknown key "source.kind" in file FILE; known keys: mode, nodeName, source, clusterCIDRs, localDetector, masqueradeAll, localhostNodePorts, nodePortAddresses, syncPeriod, minSyncPeriod, metricsBindAddress, healthzBindAddress, log, nftables, iptables, hooks, plugins`},
 		{"leaf used as a section",
 			input{yaml: "nftables:\n  table: weir\n  chain: x\n"},
 			`config: unknown key "nftables.chain" in file FILE; known keys: table`},
@@ -111,7 +111,7 @@ func TestUnknownKeys(t *testing.T) {
 			`config: unknown environment variable WEIR_SYNCPERIOD; did you mean "WEIR_SYNC_PERIOD"?`},
 		{"plugins have no variable",
 			input{env: []string{"WEIR_PLUGINS=a"}},
-			`config: unknown environment variable WEIR_PLUGINS; known variables: WEIR_CONFIG, WEIR_MODE, WEIR_NODE_NAME, WEIR_SOURCE_KIND, WEIR_SOURCE_PATH, WEIR_SOURCE_KUBECONFIG, WEIR_CLUSTER_CIDRS, WEIR_LOCAL_DETECTOR_MODE, WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX, WEIR_MASQUERADE_ALL, WEIR_LOCALHOST_NODE_PORTS, WEIR_NODE_PORT_ADDRESSES, WEIR_SYNC_PERIOD, WEIR_MIN_SYNC_PERIOD, WEIR_METRICS_BIND_ADDRESS, WEIR_HEALTHZ_BIND_ADDRESS, WEIR_LOG_FORMAT, WEIR_LOG_LEVEL, WEIR_NFTABLES_TABLE, WEIR_HOOKS_CACHE_DIR`},
+			`config: unknown environment variable WEIR_PLUGINS; known variables: WEIR_CONFIG, WEIR_MODE, WEIR_NODE_NAME, WEIR_SOURCE_KIND, WEIR_SOURCE_PATH, WEIR_SOURCE_KUBECONFIG, WEIR_CLUSTER_CIDRS, WEIR_LOCAL_DETECTOR_MODE, WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX, WEIR_MASQUERADE_ALL, WEIR_LOCALHOST_NODE_PORTS, WEIR_NODE_PORT_ADDRESSES, WEIR_SYNC_PERIOD, WEIR_MIN_SYNC_PERIOD, WEIR_METRICS_BIND_ADDRESS, WEIR_HEALTHZ_BIND_ADDRESS, WEIR_LOG_FORMAT, WEIR_LOG_LEVEL, WEIR_NFTABLES_TABLE, WEIR_IPTABLES_BACKEND, WEIR_HOOKS_CACHE_DIR`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
