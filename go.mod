@@ -18,7 +18,7 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/coreos/go-iptables v0.8.0 // indirect
+require github.com/coreos/go-iptables v0.8.0
 
 require (
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/backends/iptables"
 	"github.com/weirproxy/weir/backends/nftables"
 	"github.com/weirproxy/weir/core/config"
 	"github.com/weirproxy/weir/core/conntrack"
@@ -96,8 +97,25 @@ func newBackend(env *environment) (closingBackend, error) {
 			LocalhostNodePorts: cfg.LocalhostNodePorts,
 			Log:                env.log,
 		})
+	case "iptables":
+		be, err := iptables.New(iptables.Options{
+			Flavour:            cfg.IPTables.Backend,
+			ClusterCIDRs:       cfg.ClusterCIDRs,
+			MasqueradeAll:      cfg.MasqueradeAll,
+			LocalDetector:      iptables.LocalDetector(cfg.LocalDetector.Mode),
+			PodInterfacePrefix: cfg.LocalDetector.InterfaceNamePrefix,
+			NodePortCIDRs:      cfg.NodePortAddresses.CIDRs,
+			NodePortPrimary:    cfg.NodePortAddresses.Primary,
+			LocalhostNodePorts: cfg.LocalhostNodePorts,
+			Log:                env.log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		env.log.Info("Using iptables", "flavour", be.Flavour())
+		return be, nil
 	}
-	return nil, fmt.Errorf("mode %q is not available in this build yet; use nftables", cfg.Mode)
+	return nil, fmt.Errorf("mode %q is not available in this build yet; use nftables or iptables", cfg.Mode)
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.

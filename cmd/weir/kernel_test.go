@@ -299,3 +299,30 @@ func removeEndpoint(t *testing.T, path, pod string) {
 		t.Fatal(errors.Join(err, os.Remove(tmp)))
 	}
 }
+
+// TestKernelDemoIPTables runs the demo through mode iptables with each
+// flavour: weir sync --once serves the ClusterIP, the chains are where a
+// kube-proxy runbook looks for them, and weir cleanup removes them.
+func TestKernelDemoIPTables(t *testing.T) {
+	netns.RequireRoot(t)
+	weir := buildWeir(t)
+	dir := copyDemo(t)
+	for _, flavour := range []string{"nft", "legacy"} {
+		t.Run(flavour, func(t *testing.T) {
+			topo := netns.NewT(t, netns.Options{Pods: demoPods})
+			args := []string{"--source-path", dir, "--node-name", demoNode, "--mode", "iptables", "--iptables-backend", flavour}
+			runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, args...)...)
+			netns.WantPods(t, "after weir sync --once", netns.DialMany(t, topo.Client, webVIP, 60), "pod-a", "pod-b", "pod-c")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, err := topo.Node.Command(ctx, "iptables-"+flavour, "-t", "nat", "-L", "KUBE-SERVICES", "-n").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "KUBE-SVC-") || !strings.Contains(string(out), "default/web:http cluster IP") {
+				t.Errorf("iptables-%s -t nat -L KUBE-SERVICES -n: %v\n%s", flavour, err, out)
+			}
+			runWeir(t, topo.Node, weir, append([]string{"cleanup"}, args...)...)
+			if a, err := dialOnce(topo.Client, webVIP); err == nil {
+				t.Errorf("after weir cleanup the ClusterIP still answers: %s", a)
+			}
+		})
+	}
+}

@@ -1,0 +1,27 @@
+package iptables
+
+import (
+	"testing"
+
+	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/test/conformance"
+)
+
+// TestConformance runs the shared kernel conformance table against this
+// backend, once per iptables flavour (go test -run 'TestConformance/nft/'
+// picks one). The rows of a flavour run in parallel, each in its own
+// namespaces; legacy restores queue on the xtables lock (--wait).
+func TestConformance(t *testing.T) {
+	for _, fl := range []string{flavourLegacy, flavourNFT} {
+		t.Run(fl, func(t *testing.T) {
+			conformance.Run(t, func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
+				b, err := New(Options{Flavour: fl, NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { b.Close() })
+				return b
+			})
+		})
+	}
+}

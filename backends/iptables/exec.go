@@ -1,0 +1,129 @@
+package iptables
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/weirproxy/weir/internal/nsenter"
+)
+
+// inNetNS runs fn in the network namespace netNS (0: the caller's own) on a
+// locked thread, so that processes fn starts inherit the namespace.
+func inNetNS(netNS int, fn func() error) error {
+	if netNS == 0 {
+		return fn()
+	}
+	return nsenter.Do(netNS, fn)
+}
+
+// runTool runs bin with args and stdin inside netNS and returns its
+// standard output and standard error.
+func runTool(ctx context.Context, netNS int, stdin []byte, bin string, args ...string) (stdout, stderr []byte, err error) {
+	var out, errOut bytes.Buffer
+	err = inNetNS(netNS, func() error {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		if stdin != nil {
+			cmd.Stdin = bytes.NewReader(stdin)
+		}
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		return cmd.Run()
+	})
+	return out.Bytes(), errOut.Bytes(), err
+}
+
+// runRestore feeds text to bin (an iptables-restore) inside netNS. It never
+// flushes what the text does not name (--noflush) and waits for the xtables
+// lock (--wait) rather than failing when another writer holds it. On
+// failure the error quotes the tool's complaint and the input line it
+// names.
+func runRestore(ctx context.Context, netNS int, bin string, text []byte) error {
+	_, stderr, err := runTool(ctx, netNS, text, bin, "--noflush", "--wait")
+	if err != nil {
+		return restoreError(bin, text, stderr, err)
+	}
+	return nil
+}
+
+// runSave runs bin (an iptables-save) inside netNS, for one table or, when
+// table is empty, for every table the flavour has.
+func runSave(ctx context.Context, netNS int, bin, table string) ([]byte, error) {
+	var args []string
+	if table != "" {
+		args = []string{"-t", table}
+	}
+	out, stderr, err := runTool(ctx, netNS, nil, bin, args...)
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %s: %w: %s", strings.Join(append([]string{bin}, args...), " "), err, firstLine(stderr))
+	}
+	return out, nil
+}
+
+// lineNumber finds the input line iptables-restore blames: legacy says
+// "line 5 failed", nft "Error occurred at line: 5".
+var lineNumber = regexp.MustCompile(`line:? (\d+)`)
+
+// restoreError describes a failed iptables-restore run: its complaint and,
+// when it names one, the failing line of the input.
+func restoreError(bin string, text, stderr []byte, err error) error {
+	msg := firstLine(stderr)
+	if msg == "" {
+		msg = err.Error()
+	}
+	table := tableOf(text)
+	m := lineNumber.FindSubmatch(stderr)
+	if m == nil {
+		return fmt.Errorf("iptables: %s (table %s): %s", bin, table, msg)
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return fmt.Errorf("iptables: %s (table %s): %s; input line %d: %q", bin, table, msg, n, inputLine(text, n))
+}
+
+// firstLine returns the first non-blank line of tool output.
+func firstLine(b []byte) string {
+	for line := range strings.Lines(string(b)) {
+		if s := strings.TrimSpace(line); s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// inputLine returns line n (1-based) of text, or "" when there is none.
+func inputLine(text []byte, n int) string {
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(nil, 1<<20)
+	for i := 1; sc.Scan(); i++ {
+		if i == n {
+			return sc.Text()
+		}
+	}
+	return ""
+}
+
+// tableOf returns the table a restore text writes ("nat" for "*nat").
+func tableOf(text []byte) string {
+	for line := range bytes.Lines(text) {
+		if t, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("*")); ok {
+			return string(t)
+		}
+	}
+	return "?"
+}
+
+// hasRules says whether a restore text changes anything: whether it holds a
+// line besides the table header, COMMIT and comments.
+func hasRules(text []byte) bool {
+	for line := range bytes.Lines(text) {
+		l := bytes.TrimSpace(line)
+		if len(l) > 0 && l[0] != '*' && l[0] != '#' && !bytes.Equal(l, []byte("COMMIT")) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,209 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	goipt "github.com/coreos/go-iptables/iptables"
+)
+
+// The tables Weir writes.
+const (
+	tableNAT    = "nat"
+	tableFilter = "filter"
+)
+
+// jump is one rule in a built-in chain that sends traffic into one of
+// Weir's chains; the same rules, comments included, as kube-proxy's, so a
+// node switching between the two finds them in place.
+type jump struct {
+	table, from, to, comment string
+	// newOnly limits the jump to packets of new connections.
+	newOnly bool
+}
+
+// spec returns the rule as iptables arguments.
+func (j jump) spec() []string {
+	var s []string
+	if j.newOnly {
+		s = append(s, "-m", "conntrack", "--ctstate", "NEW")
+	}
+	return append(s, "-m", "comment", "--comment", j.comment, "-j", j.to)
+}
+
+// The comments of the jump rules.
+const (
+	commentServices  = "kubernetes service portals"
+	commentExternal  = "kubernetes externally-visible service portals"
+	commentFirewall  = "kubernetes load balancer firewall"
+	commentHealth    = "kubernetes health check service ports"
+	commentForward   = "kubernetes forwarding rules"
+	commentPostroute = "kubernetes postrouting rules"
+)
+
+// jumps are the rules that hook Weir's chains into the built-in ones, in
+// the order they end up in each built-in chain (they go first in it).
+var jumps = []jump{
+	{tableFilter, "INPUT", "KUBE-PROXY-FIREWALL", commentFirewall, true},
+	{tableFilter, "INPUT", "KUBE-NODEPORTS", commentHealth, false},
+	{tableFilter, "INPUT", "KUBE-EXTERNAL-SERVICES", commentExternal, true},
+	{tableFilter, "FORWARD", "KUBE-PROXY-FIREWALL", commentFirewall, true},
+	{tableFilter, "FORWARD", "KUBE-FORWARD", commentForward, false},
+	{tableFilter, "FORWARD", "KUBE-SERVICES", commentServices, true},
+	{tableFilter, "FORWARD", "KUBE-EXTERNAL-SERVICES", commentExternal, true},
+	{tableFilter, "OUTPUT", "KUBE-PROXY-FIREWALL", commentFirewall, true},
+	{tableFilter, "OUTPUT", "KUBE-SERVICES", commentServices, true},
+	{tableNAT, "PREROUTING", "KUBE-SERVICES", commentServices, false},
+	{tableNAT, "OUTPUT", "KUBE-SERVICES", commentServices, false},
+	{tableNAT, "POSTROUTING", "KUBE-POSTROUTING", commentPostroute, false},
+}
+
+// ownedChain says whether chain, in nat or filter, is one of Weir's:
+// kube-proxy's names (the fixed chains and the per-service prefixes), so
+// Weir takes kube-proxy's chains over and its cleanup removes them. Chains
+// of kubelet (KUBE-FIREWALL, KUBE-MARK-DROP, KUBE-KUBELET-CANARY,
+// KUBE-IPTABLES-HINT) and others are left alone.
+func ownedChain(chain string) bool {
+	return slices.Contains(natChains, chain) || slices.Contains(filterChains, chain) || isServiceChain(chain)
+}
+
+// newIPTables returns a go-iptables handle running the flavour's iptables
+// binary of family f. Its commands run in the caller's namespace: call them
+// through inNetNS.
+func newIPTables(fl *flavour, f ipFamily) (*goipt.IPTables, error) {
+	proto := goipt.ProtocolIPv4
+	if f == ipv6 {
+		proto = goipt.ProtocolIPv6
+	}
+	ipt, err := goipt.New(goipt.IPFamily(proto), goipt.Path(fl.tools(f).iptables))
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %s: %w", fl.tools(f).iptables, err)
+	}
+	return ipt, nil
+}
+
+// ensureJumps adds the jump rules that are missing, each at the head of its
+// built-in chain, inside netNS. The chains they target must exist.
+func ensureJumps(netNS int, ipt *goipt.IPTables) error {
+	return inNetNS(netNS, func() error {
+		for _, j := range slices.Backward(jumps) {
+			if err := ipt.InsertUnique(j.table, j.from, 1, j.spec()...); err != nil {
+				return fmt.Errorf("iptables: add jump %s %s -> %s: %w", j.table, j.from, j.to, err)
+			}
+		}
+		return nil
+	})
+}
+
+// ownedChains lists Weir's chains in one table of the kernel, read with
+// iptables-save; also the rules of other chains that jump into them.
+func ownedChains(ctx context.Context, netNS int, save, table string) (chains []string, refs [][]string, err error) {
+	out, err := runSave(ctx, netNS, save, table)
+	if err != nil {
+		return nil, nil, err
+	}
+	for line := range bytes.Lines(out) {
+		l := strings.TrimSpace(string(line))
+		if name, ok := strings.CutPrefix(l, ":"); ok {
+			if name, _, _ = strings.Cut(name, " "); ownedChain(name) {
+				chains = append(chains, name)
+			}
+			continue
+		}
+		if rest, ok := strings.CutPrefix(l, "-A "); ok {
+			if args := splitRule(rest); len(args) > 0 && !ownedChain(args[0]) && ownedChain(ruleTarget(args)) {
+				refs = append(refs, args)
+			}
+		}
+	}
+	return chains, refs, nil
+}
+
+// ruleTarget returns the chain a rule jumps or goes to, or "".
+func ruleTarget(args []string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "-j" || args[i] == "-g" || args[i] == "--jump" || args[i] == "--goto" {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// splitRule splits a rule as iptables-save prints it into arguments:
+// separated by spaces, double quotes around arguments with spaces, and
+// backslash escaping a quote or backslash inside them.
+func splitRule(s string) []string {
+	var args []string
+	var cur strings.Builder
+	inArg, quoted := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quoted && c == '\\' && i+1 < len(s):
+			i++
+			cur.WriteByte(s[i])
+		case c == '"':
+			quoted, inArg = !quoted, true
+		case c == ' ' && !quoted:
+			if inArg {
+				args = append(args, cur.String())
+				cur.Reset()
+			}
+			inArg = false
+		default:
+			cur.WriteByte(c)
+			inArg = true
+		}
+	}
+	if inArg {
+		args = append(args, cur.String())
+	}
+	return args
+}
+
+// cleanupTable removes Weir from one table: first every rule of another
+// chain that jumps into one of Weir's chains (with go-iptables), then
+// Weir's chains themselves, flushed and deleted in one iptables-restore.
+func cleanupTable(ctx context.Context, netNS int, ipt *goipt.IPTables, t tools, table string) error {
+	chains, refs, err := ownedChains(ctx, netNS, t.save, table)
+	if err != nil {
+		return err
+	}
+	err = inNetNS(netNS, func() error {
+		var errs []error
+		for _, r := range refs {
+			if err := ipt.DeleteIfExists(table, r[0], r[1:]...); err != nil {
+				errs = append(errs, fmt.Errorf("iptables: delete %s rule -A %s: %w", table, strings.Join(r, " "), err))
+			}
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil || len(chains) == 0 {
+		return err
+	}
+	var text bytes.Buffer
+	fmt.Fprintf(&text, "*%s\n", table)
+	for _, c := range chains {
+		fmt.Fprintf(&text, ":%s - [0:0]\n", c)
+	}
+	for _, c := range chains {
+		fmt.Fprintf(&text, "-X %s\n", c)
+	}
+	text.WriteString("COMMIT\n")
+	return runRestore(ctx, netNS, t.restore, text.Bytes())
+}
+
+// setSysctl writes a sysctl of the network namespace netNS (0: the
+// caller's own), e.g. "net/ipv4/conf/all/route_localnet". A thread switched
+// into the namespace sees that namespace's /proc/sys/net.
+func setSysctl(netNS int, key, value string) error {
+	return inNetNS(netNS, func() error {
+		return os.WriteFile(filepath.Join("/proc/sys", key), []byte(value), 0o644)
+	})
+}
