@@ -235,15 +235,36 @@ func loadedProxy(ctx context.Context, env *environment, be backends.Backend, cha
 	return p, nil
 }
 
+// runCleanup removes Weir's rules from every mode, like kube-proxy's
+// --cleanup, so that switching modes leaves nothing behind. Only a failure
+// in the configured mode fails the command; the others are logged.
 func runCleanup(env *environment) error {
+	var failed error
+	for _, m := range []struct{ mode, flavour string }{{"nftables", ""}, {"iptables", "legacy"}, {"iptables", "nft"}} {
+		cfg := *env.cfg
+		cfg.Mode = m.mode
+		if m.flavour != "" {
+			cfg.IPTables.Backend = m.flavour
+		}
+		err := cleanupMode(&environment{cfg: &cfg, log: env.log, flags: env.flags, stdout: env.stdout})
+		switch {
+		case err == nil:
+			env.log.Info("Removed Weir's rules", "mode", m.mode, "flavour", m.flavour)
+		case m.mode == env.cfg.Mode && (m.flavour == "" || env.cfg.IPTables.Backend == m.flavour):
+			failed = errors.Join(failed, err)
+		default:
+			env.log.Warn("Could not clean up another mode", "mode", m.mode, "flavour", m.flavour, "error", err)
+		}
+	}
+	return failed
+}
+
+// cleanupMode removes the rules of env's configured mode.
+func cleanupMode(env *environment) error {
 	be, err := newBackend(env)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	if err := be.Cleanup(context.Background()); err != nil {
-		return err
-	}
-	env.log.Info("Removed Weir's rules", "mode", env.cfg.Mode)
-	return nil
+	return be.Cleanup(context.Background())
 }

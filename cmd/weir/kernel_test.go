@@ -302,7 +302,8 @@ func removeEndpoint(t *testing.T, path, pod string) {
 
 // TestKernelDemoIPTables runs the demo through mode iptables with each
 // flavour: weir sync --once serves the ClusterIP, the chains are where a
-// kube-proxy runbook looks for them, and weir cleanup removes them.
+// kube-proxy runbook looks for them, and weir cleanup, in its default mode,
+// removes them.
 func TestKernelDemoIPTables(t *testing.T) {
 	netns.RequireRoot(t)
 	weir := buildWeir(t)
@@ -319,9 +320,13 @@ func TestKernelDemoIPTables(t *testing.T) {
 			if err != nil || !strings.Contains(string(out), "KUBE-SVC-") || !strings.Contains(string(out), "default/web:http cluster IP") {
 				t.Errorf("iptables-%s -t nat -L KUBE-SERVICES -n: %v\n%s", flavour, err, out)
 			}
-			runWeir(t, topo.Node, weir, append([]string{"cleanup"}, args...)...)
+			// cleanup in the default mode (nftables) removes every mode's rules.
+			runWeir(t, topo.Node, weir, "cleanup")
 			if a, err := dialOnce(topo.Client, webVIP); err == nil {
 				t.Errorf("after weir cleanup the ClusterIP still answers: %s", a)
+			}
+			if out, err := topo.Node.Command(ctx, "iptables-"+flavour, "-t", "nat", "-L", "KUBE-SERVICES", "-n").CombinedOutput(); err == nil {
+				t.Errorf("after weir cleanup KUBE-SERVICES still exists:\n%s", out)
 			}
 		})
 	}
