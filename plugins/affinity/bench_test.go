@@ -3,8 +3,8 @@ package main
 import (
 	"testing"
 
-	"github.com/weirproxy/weir/plugins/internal/bench"
+	"github.com/weirproxy/weir/plugins/internal/examples"
 )
 
 // BenchmarkProcess runs the plugin natively on a full sync of 10k services.
-func BenchmarkProcess(b *testing.B) { bench.Process(b, plugin, "null") }
+func BenchmarkProcess(b *testing.B) { examples.Process(b, plugin, "null") }

@@ -2,13 +2,10 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/weirproxy/weir/plugins/internal/examples"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/sdk/sdktest"
 )
@@ -173,20 +170,4 @@ func TestBadConfig(t *testing.T) {
 }
 
 // TestExampleConfig checks that the config of config.yaml's entry is accepted.
-func TestExampleConfig(t *testing.T) {
-	data, err := os.ReadFile("config.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var file struct {
-		Plugins []struct {
-			Config json.RawMessage `json:"config"`
-		} `json:"plugins"`
-	}
-	if err := yaml.Unmarshal(data, &file); err != nil || len(file.Plugins) != 1 {
-		t.Fatalf("config.yaml: %v, %d entries", err, len(file.Plugins))
-	}
-	if _, err := sdktest.Run(plugin, string(file.Plugins[0].Config), node); err != nil {
-		t.Fatal(err)
-	}
-}
+func TestExampleConfig(t *testing.T) { examples.ExampleConfig(t, plugin, node) }

@@ -1,12 +1,17 @@
-// Package bench measures the example plugins natively on a full sync of
-// 10k services with 10 endpoints each (2 canary pods, nodes in 3 zones and
-// 2 pools), annotated for every example plugin.
-package bench
+// Package examples holds what the example plugins' tests share: a native
+// benchmark on a full sync of 10k services with 10 endpoints each (2 canary
+// pods, nodes in 3 zones and 2 pools), annotated for every example plugin,
+// and the check of each plugin's example config.
+package examples
 
 import (
+	"encoding/json"
 	"io"
+	"os"
 	"strconv"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/weirproxy/weir/sdk/abi"
 	"github.com/weirproxy/weir/sdk/guest"
@@ -51,4 +56,25 @@ func services() []*plan.Service {
 		svcs = append(svcs, s)
 	}
 	return svcs
+}
+
+// ExampleConfig checks that p accepts the config of the one entry in the
+// config.yaml of the current directory (the plugin's folder).
+func ExampleConfig(t *testing.T, p guest.Plugin, node plan.Node) {
+	t.Helper()
+	data, err := os.ReadFile("config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Plugins []struct {
+			Config json.RawMessage `json:"config"`
+		} `json:"plugins"`
+	}
+	if err := yaml.Unmarshal(data, &file); err != nil || len(file.Plugins) != 1 {
+		t.Fatalf("config.yaml: %v, %d entries", err, len(file.Plugins))
+	}
+	if _, err := sdktest.Run(p, string(file.Plugins[0].Config), node); err != nil {
+		t.Fatalf("config.yaml: %v", err)
+	}
 }
