@@ -19,6 +19,7 @@
 package iptables
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -127,7 +128,8 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 	return nil
 }
 
-// fullSync rewrites every chain of both families.
+// fullSync checks the jump rules and rewrites every chain of both
+// families.
 func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error) {
 	var st syncStats
 	if b.opts.LocalhostNodePorts && !b.localnet {
@@ -144,15 +146,18 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error)
 	}
 	var errs []error
 	for _, fam := range b.fams {
+		if err := ensureJumps(ctx, b.opts.NetNS, b.fl, fam.f, fam.ipt); err != nil {
+			errs = append(errs, err)
+		}
 		existing := mergeChains(fam.stray, chainsOf(fam.last))
 		r, w := renderFull(fam.f, p, &b.opts, existing)
+		if b.fl.name == flavourNFT && len(existing["nat"]) == 0 {
+			r.NAT = listFirst(r.NAT)
+		}
 		if err := b.apply(ctx, fam, r, &st); err != nil {
 			fam.stray = mergeChains(fam.stray, chainsOf(w))
 			errs = append(errs, err)
 			continue
-		}
-		if err := ensureJumps(b.opts.NetNS, fam.ipt); err != nil {
-			errs = append(errs, err)
 		}
 		fam.last, fam.stray = w, nil
 	}
@@ -173,6 +178,19 @@ func (b *Backend) partialSync(ctx context.Context, p *plan.Plan, changed []plan.
 		fam.last = w
 	}
 	return st, errors.Join(errs...)
+}
+
+// listFirst puts -S (list the table) first in a restore text, for
+// iptables-nft into a table without Weir's chains. iptables-nft 1.8 keeps
+// every chain a restore names in a sorted linked list and fetches them one
+// by one, quadratic in the text's size (a cold nat text of 10k services
+// takes 224 s); a command naming no chain makes it fetch all chains in one
+// dump instead (16 s), and -S over a table without Weir's chains prints
+// little. Not with Weir's chains in place: -S then sorts 100k chains
+// recursively and crashes iptables-nft.
+func listFirst(text []byte) []byte {
+	i := bytes.IndexByte(text, '\n') + 1
+	return slices.Concat(text[:i], []byte("-S\n"), text[i:])
 }
 
 // apply runs the restores of one family: filter first, then nat. Filter

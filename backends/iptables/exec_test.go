@@ -101,3 +101,10 @@ func TestMissingBinariesAreNamed(t *testing.T) {
 		t.Errorf("New with auto and no binaries: %v, want an error naming them", err)
 	}
 }
+
+func TestListFirst(t *testing.T) {
+	got := string(listFirst([]byte("*nat\n:KUBE-X - [0:0]\nCOMMIT\n")))
+	if want := "*nat\n-S\n:KUBE-X - [0:0]\nCOMMIT\n"; got != want {
+		t.Errorf("listFirst = %q, want %q", got, want)
+	}
+}

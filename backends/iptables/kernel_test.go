@@ -396,3 +396,63 @@ func TestKernelOneChangeWritesOneService(t *testing.T) {
 		netns.WantPods(t, "untouched neighbour", netns.DialMany(t, topo.Client, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, 1, 18}), 80), 40), "pod-a", "pod-b")
 	})
 }
+
+// TestKernelFullSyncRestoresJumps deletes jump rules from the built-in
+// chains behind the backend's back: traffic stops, and the next full sync
+// puts each back exactly once. With iptables-legacy, whose check is one
+// iptables-restore --test run, that run must pass while all are in place.
+func TestKernelFullSyncRestoresJumps(t *testing.T) {
+	eachFlavour(t, func(t *testing.T, fl string) {
+		topo := ktTopology(t)
+		b := ktBackend(t, topo, fl)
+		p := ktPlan(ktService("web", ktVIP, ktPodA))
+		ktSync(t, b, p, nil)
+		addr := netip.AddrPortFrom(ktVIP, 80)
+		netns.WantPods(t, "after the first sync", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
+		if fl == flavourLegacy {
+			if _, stderr, err := runTool(context.Background(), topo.Node.Fd(), jumpChecks(), b.fl.v4.restore, "--test", "--noflush"); err != nil {
+				t.Fatalf("the jump check fails with every jump in place: %v: %s", err, stderr)
+			}
+		}
+		ktRestore(t, topo, b.fl, ipv4, "*nat\n"+
+			`-D PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`+"\nCOMMIT\n"+
+			"*filter\n"+`-D FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD`+"\nCOMMIT\n")
+		ktUnanswered(t, "without the PREROUTING jump", topo.Client, addr)
+
+		ktSync(t, b, p, nil)
+		netns.WantPods(t, "after the full sync", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
+		nat, filter := ktSave(t, topo, b.fl, ipv4, tableNAT), ktSave(t, topo, b.fl, ipv4, tableFilter)
+		for _, j := range jumps {
+			rule := "-A " + j.from + " " + strings.Join(quoteArgs(j.spec()), " ") + "\n"
+			in := nat
+			if j.table == tableFilter {
+				in = filter
+			}
+			if n := strings.Count(in, rule); n != 1 {
+				t.Errorf("after the full sync, %s %s jumps to %s %d times, want once", j.table, j.from, j.to, n)
+			}
+		}
+	})
+}
+
+// TestKernelNFTListsFirstIntoEmptyTables checks when an iptables-nft nat
+// restore starts with -S: on the first full sync into tables without
+// Weir's chains (the rules then serve), never once they hold them.
+func TestKernelNFTListsFirstIntoEmptyTables(t *testing.T) {
+	topo := ktTopology(t)
+	b := ktBackend(t, topo, flavourNFT)
+	var listed []bool
+	b.rewrite = func(f ipFamily, text []byte) []byte {
+		if f == ipv4 && tableOf(text) == tableNAT {
+			listed = append(listed, bytes.HasPrefix(text, []byte("*nat\n-S\n")))
+		}
+		return text
+	}
+	p := ktPlan(ktService("web", ktVIP, ktPodA))
+	ktSync(t, b, p, nil)
+	netns.WantPods(t, "after the first sync", netns.DialMany(t, topo.Client, netip.AddrPortFrom(ktVIP, 80), 3), "pod-a")
+	ktSync(t, b, p, nil)
+	if !slices.Equal(listed, []bool{true, false}) {
+		t.Errorf("nat restores starting with -S: %v, want [true false] (first sync only)", listed)
+	}
+}

@@ -12,7 +12,8 @@ import (
 // fixed chains are deleted (-D) or added (-I at the head of nat
 // KUBE-SERVICES, which must end with the node-port jumps; -A elsewhere)
 // one by one. prev is not changed. A change of the node's podCIDRs under
-// DetectNodeCIDR, which every service's rules use, renders in full.
+// DetectNodeCIDR, which every service's rules use, renders in full; so
+// does crossing largeClusterEndpoints, which changes every chain's comments.
 func renderPartial(f ipFamily, p *plan.Plan, changed []plan.Key, prev *written, o *Options) (restore, *written) {
 	if prev == nil || prev.family != f {
 		return renderFull(f, p, o, chainsOf(prev))
@@ -22,6 +23,20 @@ func renderPartial(f ipFamily, p *plan.Plan, changed []plan.Key, prev *written, 
 		return renderFull(f, p, o, chainsOf(prev))
 	}
 	w := prev.next()
+	keys := uniqueKeys(changed)
+	for _, k := range keys {
+		if old := prev.service(k); old != nil {
+			w.endpoints -= old.endpoints
+		}
+		if s := p.Services[k]; s != nil {
+			w.endpoints += len(s.Endpoints)
+		}
+	}
+	if largeCluster(w.endpoints) != prev.quiet {
+		// Every chain's comments change: rewrite everything, once.
+		return renderFull(f, p, o, chainsOf(prev))
+	}
+	r.quiet = prev.quiet
 	var e edits
 	if trailer := r.nodePortJumps(p.Node); !slices.Equal(trailer, prev.trailer) {
 		for _, s := range prev.trailer {
@@ -32,13 +47,9 @@ func renderPartial(f ipFamily, p *plan.Plan, changed []plan.Key, prev *written, 
 		}
 		w.trailer = trailer
 	}
-	for _, k := range uniqueKeys(changed) {
+	for _, k := range keys {
 		old := prev.service(k)
-		var cur *svcWritten
-		if m := newModel(p.Services[k], f); m != nil {
-			r.service(m)
-			cur = r.out.record()
-		}
+		cur := r.render(p.Services[k])
 		e.chains(old, cur, &r.out)
 		e.rules(old, cur)
 		w.set(k, cur)

@@ -134,6 +134,9 @@ func wantSameWritten(t *testing.T, w *written, p *plan.Plan, o *Options) {
 	if !slices.Equal(w.trailer, want.trailer) || !slices.Equal(w.podCIDRs, want.podCIDRs) {
 		t.Errorf("node state %v %v, want %v %v", w.trailer, w.podCIDRs, want.trailer, want.podCIDRs)
 	}
+	if w.endpoints != want.endpoints || w.quiet != want.quiet {
+		t.Errorf("endpoints %d (quiet %v), want %d (quiet %v)", w.endpoints, w.quiet, want.endpoints, want.quiet)
+	}
 }
 
 func TestRenderPartialLeavesPrevUnchanged(t *testing.T) {
@@ -228,6 +231,47 @@ func TestRenderPartialRewritesAllForNewPodCIDRs(t *testing.T) {
 	}
 	wantSameKernel(t, full, r, p2, o)
 	wantSameWritten(t, w, p2, o)
+}
+
+// TestRenderPartialCrossesLargeCluster grows a plan past
+// largeClusterEndpoints with one partial sync and shrinks it back with
+// another: each crossing rewrites every chain, without and then again with
+// the per-endpoint comments, while the service-level comments stay.
+func TestRenderPartialCrossesLargeCluster(t *testing.T) {
+	o := &Options{ClusterCIDRs: podCIDR}
+	p := goldPlan()
+	for i := range 99 {
+		s := goldSvc(fmt.Sprintf("s%d", i), "http", plan.TCP, fmt.Sprintf("10.96.1.%d", i), 80, 0)
+		for j := range 10 {
+			s.Endpoints = append(s.Endpoints, goldEP(fmt.Sprintf("10.244.%d.%d", i, j), 8080, 1))
+		}
+		p.Services[s.Key] = s
+	}
+	full, prev := renderFull(ipv4, p, o, nil)
+	if prev.quiet || !strings.Contains(string(full.NAT), `-> 10.244.0.0:8080"`) {
+		t.Fatalf("990 endpoints render quietly")
+	}
+	big := goldSvc("big", "http", plan.TCP, "10.96.2.1", 80, 0,
+		goldEP("10.244.200.1", 8080, 1), goldEP("10.244.200.2", 8080, 1), goldEP("10.244.200.3", 8080, 1),
+		goldEP("10.244.200.4", 8080, 1), goldEP("10.244.200.5", 8080, 1), goldEP("10.244.200.6", 8080, 1),
+		goldEP("10.244.200.7", 8080, 1), goldEP("10.244.200.8", 8080, 1), goldEP("10.244.200.9", 8080, 1),
+		goldEP("10.244.200.10", 8080, 1), goldEP("10.244.200.11", 8080, 1))
+	p.Services[big.Key] = big
+	grown, w := renderPartial(ipv4, p, []plan.Key{big.Key}, prev, o)
+	text := string(grown.NAT)
+	if !w.quiet || !strings.Contains(text, ":"+kubeServices+" ") || strings.Contains(text, " -> ") ||
+		strings.Contains(text, `--comment "default/s0:http" -s`) || !strings.Contains(text, `"default/s0:http cluster IP"`) {
+		t.Errorf("1001 endpoints: want every chain rewritten without per-endpoint comments:\n%.2000s", text)
+	}
+	wantSameKernel(t, full, grown, p, o)
+	wantSameWritten(t, w, p, o)
+
+	delete(p.Services, big.Key)
+	shrunk, w2 := renderPartial(ipv4, p, []plan.Key{big.Key}, w, o)
+	if w2.quiet || !strings.Contains(string(shrunk.NAT), `-> 10.244.0.0:8080"`) {
+		t.Errorf("back to 990 endpoints: want the comments back:\n%.2000s", shrunk.NAT)
+	}
+	wantSameWritten(t, w2, p, o)
 }
 
 // TestRenderPartialSequence applies many random partial syncs, more than

@@ -41,9 +41,8 @@ type serviceText struct {
 	rules  []sharedRule
 }
 
-// service renders one service port into r.out.
+// service renders one service port into r.out, which render emptied.
 func (r *renderer) service(m *svcModel) {
-	r.out.text, r.out.chains, r.out.rules = r.out.text[:0], r.out.chains[:0], r.out.rules[:0]
 	rt := m.route()
 	r.dispatch(m, rt)
 	r.filterRules(m, rt)
@@ -232,7 +231,7 @@ func (r *renderer) balanceChain(m *svcModel, chain string, pool []member, seps [
 	if m.affinity > 0 {
 		secs := strconv.FormatUint(uint64(m.affinity), 10)
 		for i, mb := range pool {
-			r.rule(chain, r.spec().commentTo(m.portName, mb.ep).
+			r.rule(chain, r.endpointComment(m, mb.ep).
 				arg("-m", "recent", "--name", seps[i], "--rcheck", "--seconds", secs, "--reap").jump(seps[i]))
 		}
 	}
@@ -242,7 +241,7 @@ func (r *renderer) balanceChain(m *svcModel, chain string, pool []member, seps [
 	}
 	probs := probabilities(weights)
 	for i, mb := range pool {
-		s := r.spec().commentTo(m.portName, mb.ep)
+		s := r.endpointComment(m, mb.ep)
 		if i < len(probs) {
 			s = append(s.arg("-m", "statistic", "--mode", "random", "--probability"), ' ')
 			s = appendProbability(s, probs[i])
@@ -334,8 +333,8 @@ func (r *renderer) endpointChains(m *svcModel, pool []member, seps []string, ski
 		}
 		sep := seps[i]
 		r.beginChain(sep)
-		r.rule(sep, r.spec().comment(m.portName).srcHost(mb.ep.Addr()).jump(kubeMarkMasq))
-		s := r.spec().comment(m.portName)
+		r.rule(sep, r.sepComment(m).srcHost(mb.ep.Addr()).jump(kubeMarkMasq))
+		s := r.sepComment(m)
 		if m.affinity > 0 {
 			s = s.arg("-m", "recent", "--name", sep, "--set")
 		}
@@ -343,6 +342,25 @@ func (r *renderer) endpointChains(m *svcModel, pool []member, seps []string, ski
 		r.rule(sep, mb.ep.AppendTo(s))
 		r.endChain()
 	}
+}
+
+// endpointComment starts a rule of a KUBE-SVC or KUBE-SVL chain that
+// picks endpoint ep: with the comment "portName -> ep", unless the
+// renderer is quiet.
+func (r *renderer) endpointComment(m *svcModel, ep netip.AddrPort) spec {
+	if r.quiet {
+		return r.spec()
+	}
+	return r.spec().commentTo(m.portName, ep)
+}
+
+// sepComment starts a rule of a KUBE-SEP chain: with the service's name
+// as comment, unless the renderer is quiet.
+func (r *renderer) sepComment(m *svcModel) spec {
+	if r.quiet {
+		return r.spec()
+	}
+	return r.spec().comment(m.portName)
 }
 
 // containsEndpoint says whether pool holds ep.

@@ -89,16 +89,78 @@ func newIPTables(fl *flavour, f ipFamily) (*goipt.IPTables, error) {
 }
 
 // ensureJumps adds the jump rules that are missing, each at the head of its
-// built-in chain, inside netNS. The chains they target must exist.
-func ensureJumps(netNS int, ipt *goipt.IPTables) error {
+// built-in chain, inside netNS, creating the (empty) chains they target
+// when missing. A full sync runs it before its restores, while a cold
+// node's tables are still small.
+//
+// With iptables-legacy every iptables command reads a whole table from the
+// kernel (0.3 s for nat at 10k services), so one iptables-restore --test
+// checks all the rules first and the per-rule commands run only when one
+// is missing. (iptables-nft's test mode does not evaluate -C, and its
+// single commands read only the chain they name.)
+func ensureJumps(ctx context.Context, netNS int, fl *flavour, f ipFamily, ipt *goipt.IPTables) error {
+	if fl.name == flavourLegacy {
+		if _, _, err := runTool(ctx, netNS, jumpChecks(), fl.tools(f).restore, "--test", "--noflush", "--wait"); err == nil {
+			return nil
+		}
+	}
 	return inNetNS(netNS, func() error {
 		for _, j := range slices.Backward(jumps) {
+			if err := ensureChain(ipt, j.table, j.to); err != nil {
+				return err
+			}
 			if err := ipt.InsertUnique(j.table, j.from, 1, j.spec()...); err != nil {
 				return fmt.Errorf("iptables: add jump %s %s -> %s: %w", j.table, j.from, j.to, err)
 			}
 		}
 		return nil
 	})
+}
+
+// ensureChain creates chain in table unless it exists.
+func ensureChain(ipt *goipt.IPTables, table, chain string) error {
+	ok, err := ipt.ChainExists(table, chain)
+	if err == nil && !ok {
+		err = ipt.NewChain(table, chain)
+	}
+	if err != nil {
+		return fmt.Errorf("iptables: create chain %s %s: %w", table, chain, err)
+	}
+	return nil
+}
+
+// jumpChecks returns an iptables-restore text that checks (-C) every jump
+// rule; run with --test it fails when one is missing.
+func jumpChecks() []byte {
+	var b []byte
+	for _, table := range []string{tableFilter, tableNAT} {
+		b = append(append(append(b, '*'), table...), '\n')
+		for _, j := range jumps {
+			if j.table != table {
+				continue
+			}
+			b = append(append(b, "-C "...), j.from...)
+			for _, a := range quoteArgs(j.spec()) {
+				b = append(append(b, ' '), a...)
+			}
+			b = append(b, '\n')
+		}
+		b = append(b, "COMMIT\n"...)
+	}
+	return b
+}
+
+// quoteArgs quotes the arguments with spaces, as iptables-save prints
+// them and iptables-restore reads them.
+func quoteArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.Contains(a, " ") {
+			a = `"` + a + `"`
+		}
+		out[i] = a
+	}
+	return out
 }
 
 // ownedChains lists Weir's chains in one table of the kernel, read with

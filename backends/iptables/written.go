@@ -25,6 +25,8 @@ type chainSum struct {
 type svcWritten struct {
 	chains []chainSum
 	rules  []sharedRule
+	// endpoints is the service's count of endpoints, all families.
+	endpoints int
 }
 
 // record returns what the service just rendered writes.
@@ -58,6 +60,10 @@ type written struct {
 	podCIDRs []netip.Prefix
 	// trailer are the rules ending nat KUBE-SERVICES (node-port jumps).
 	trailer []string
+	// endpoints counts the plan's endpoints; quiet is largeCluster of it,
+	// the renderer's setting for every chain written.
+	endpoints int
+	quiet     bool
 }
 
 // service returns what key k wrote, or nil.
