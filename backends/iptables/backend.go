@@ -25,8 +25,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os/exec"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	goipt "github.com/coreos/go-iptables/iptables"
@@ -76,6 +78,7 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	opts.Flavour = fl.name // the renderer orders chains for it
 	b := &Backend{opts: opts, log: log, fl: fl}
 	for _, f := range []ipFamily{ipv4, ipv6} {
 		ipt, err := newIPTables(fl, f)
@@ -151,7 +154,7 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error)
 		}
 		existing := mergeChains(fam.stray, chainsOf(fam.last))
 		r, w := renderFull(fam.f, p, &b.opts, existing)
-		if b.fl.name == flavourNFT && len(existing["nat"]) == 0 {
+		if b.fl.name == flavourNFT {
 			r.NAT = listFirst(r.NAT)
 		}
 		if err := b.apply(ctx, fam, r, &st); err != nil {
@@ -181,17 +184,22 @@ func (b *Backend) partialSync(ctx context.Context, p *plan.Plan, changed []plan.
 }
 
 // listFirst puts -S (list the table) first in a restore text, for
-// iptables-nft into a table without Weir's chains. iptables-nft 1.8 keeps
-// every chain a restore names in a sorted linked list and fetches them one
-// by one, quadratic in the text's size (a cold nat text of 10k services
-// takes 224 s); a command naming no chain makes it fetch all chains in one
-// dump instead (16 s), and -S over a table without Weir's chains prints
-// little. Not with Weir's chains in place: -S then sorts 100k chains
-// recursively and crashes iptables-nft.
+// iptables-nft full syncs. iptables-nft 1.8 keeps every chain a restore
+// names in a sorted linked list and fetches them one by one: quadratic in
+// the text's size (a nat text of 10k services took 224 s into an empty
+// table, longer over a full one). A command naming no chain makes it fetch
+// every chain in one dump instead: 16 s, 19 s over a full table. The
+// listing, discarded, costs little. It sorts the chains with a recursive
+// quicksort that overflows the stack when the kernel holds 100k chains in
+// name order, so renderFull declares them in name order only for legacy,
+// and apply retries without it if iptables-nft dies of a signal.
 func listFirst(text []byte) []byte {
 	i := bytes.IndexByte(text, '\n') + 1
-	return slices.Concat(text[:i], []byte("-S\n"), text[i:])
+	return slices.Concat(text[:i], []byte(listLine), text[i:])
 }
+
+// listLine is the line listFirst adds.
+const listLine = "-S\n"
 
 // apply runs the restores of one family: filter first, then nat. Filter
 // rules (rejects for services without endpoints, firewall drops) only see
@@ -213,11 +221,36 @@ func (b *Backend) apply(ctx context.Context, fam *family, r restore, st *syncSta
 			continue
 		}
 		st.restores++
-		if err := runRestore(ctx, b.opts.NetNS, fam.tools.restore, text); err != nil {
+		err := runRestore(ctx, b.opts.NetNS, fam.tools.restore, text)
+		if bare, ok := withoutList(text); ok && killed(err) {
+			b.log.Warn("iptables-restore died listing the table first; retrying without", "error", err)
+			err = runRestore(ctx, b.opts.NetNS, fam.tools.restore, bare)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// withoutList undoes listFirst: the text without its listing line, and
+// whether it had one.
+func withoutList(text []byte) ([]byte, bool) {
+	i := bytes.IndexByte(text, '\n') + 1
+	if !bytes.HasPrefix(text[i:], []byte(listLine)) {
+		return text, false
+	}
+	return slices.Concat(text[:i], text[i+len(listLine):]), true
+}
+
+// killed says whether err is that of a process a signal ended.
+func killed(err error) bool {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
 }
 
 // listExisting lists, once per process, Weir's chains already in the

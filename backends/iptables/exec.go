@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -25,25 +26,32 @@ func inNetNS(netNS int, fn func() error) error {
 // runTool runs bin with args and stdin inside netNS and returns its
 // standard output and standard error.
 func runTool(ctx context.Context, netNS int, stdin []byte, bin string, args ...string) (stdout, stderr []byte, err error) {
-	var out, errOut bytes.Buffer
+	var out bytes.Buffer
+	stderr, err = runToolTo(ctx, netNS, stdin, &out, bin, args...)
+	return out.Bytes(), stderr, err
+}
+
+// runToolTo is runTool writing the tool's output to stdout.
+func runToolTo(ctx context.Context, netNS int, stdin []byte, stdout io.Writer, bin string, args ...string) (stderr []byte, err error) {
+	var errOut bytes.Buffer
 	err = inNetNS(netNS, func() error {
 		cmd := exec.CommandContext(ctx, bin, args...)
 		if stdin != nil {
 			cmd.Stdin = bytes.NewReader(stdin)
 		}
-		cmd.Stdout, cmd.Stderr = &out, &errOut
+		cmd.Stdout, cmd.Stderr = stdout, &errOut
 		return cmd.Run()
 	})
-	return out.Bytes(), errOut.Bytes(), err
+	return errOut.Bytes(), err
 }
 
 // runRestore feeds text to bin (an iptables-restore) inside netNS. It never
 // flushes what the text does not name (--noflush) and waits for the xtables
-// lock (--wait) rather than failing when another writer holds it. On
-// failure the error quotes the tool's complaint and the input line it
-// names.
+// lock (--wait) rather than failing when another writer holds it. What the
+// text lists (-S, see listFirst) is discarded. On failure the error quotes
+// the tool's complaint and the input line it names.
 func runRestore(ctx context.Context, netNS int, bin string, text []byte) error {
-	_, stderr, err := runTool(ctx, netNS, text, bin, "--noflush", "--wait")
+	stderr, err := runToolTo(ctx, netNS, text, io.Discard, bin, "--noflush", "--wait")
 	if err != nil {
 		return restoreError(bin, text, stderr, err)
 	}
@@ -78,11 +86,21 @@ func restoreError(bin string, text, stderr []byte, err error) error {
 	table := tableOf(text)
 	m := lineNumber.FindSubmatch(stderr)
 	if m == nil {
-		return fmt.Errorf("iptables: %s (table %s): %s", bin, table, msg)
+		return &restoreFailure{fmt.Sprintf("iptables: %s (table %s): %s", bin, table, msg), err}
 	}
 	n, _ := strconv.Atoi(string(m[1]))
-	return fmt.Errorf("iptables: %s (table %s): %s; input line %d: %q", bin, table, msg, n, inputLine(text, n))
+	return &restoreFailure{fmt.Sprintf("iptables: %s (table %s): %s; input line %d: %q", bin, table, msg, n, inputLine(text, n)), err}
 }
+
+// restoreFailure is a failed iptables-restore run: a message quoting the
+// tool, and the error of the run.
+type restoreFailure struct {
+	msg string
+	err error
+}
+
+func (e *restoreFailure) Error() string { return e.msg }
+func (e *restoreFailure) Unwrap() error { return e.err }
 
 // firstLine returns the first non-blank line of tool output.
 func firstLine(b []byte) string {

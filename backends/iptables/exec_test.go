@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"errors"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -106,5 +107,26 @@ func TestListFirst(t *testing.T) {
 	got := string(listFirst([]byte("*nat\n:KUBE-X - [0:0]\nCOMMIT\n")))
 	if want := "*nat\n-S\n:KUBE-X - [0:0]\nCOMMIT\n"; got != want {
 		t.Errorf("listFirst = %q, want %q", got, want)
+	}
+}
+
+func TestWithoutList(t *testing.T) {
+	text := []byte("*nat\n:KUBE-X - [0:0]\nCOMMIT\n")
+	if got, ok := withoutList(listFirst(text)); !ok || string(got) != string(text) {
+		t.Errorf("withoutList(listFirst(text)) = %q, %v; want the text back", got, ok)
+	}
+	if _, ok := withoutList(text); ok {
+		t.Error("withoutList finds a listing in a text without one")
+	}
+}
+
+func TestKilled(t *testing.T) {
+	segv := exec.Command("sh", "-c", "kill -SEGV $$").Run()
+	exit1 := exec.Command("sh", "-c", "exit 1").Run()
+	if !killed(restoreError("r", nil, nil, segv)) {
+		t.Errorf("a restore killed by SIGSEGV (%v) is not seen as killed", segv)
+	}
+	if killed(restoreError("r", nil, nil, exit1)) || killed(nil) {
+		t.Error("a restore that exited, or succeeded, is seen as killed")
 	}
 }

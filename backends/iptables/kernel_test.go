@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"net/netip"
 	"slices"
 	"strings"
@@ -435,24 +437,37 @@ func TestKernelFullSyncRestoresJumps(t *testing.T) {
 	})
 }
 
-// TestKernelNFTListsFirstIntoEmptyTables checks when an iptables-nft nat
-// restore starts with -S: on the first full sync into tables without
-// Weir's chains (the rules then serve), never once they hold them.
-func TestKernelNFTListsFirstIntoEmptyTables(t *testing.T) {
+// TestKernelNFTListsFirst checks that every iptables-nft full sync's nat
+// restore starts with -S and partial ones do not; and that when
+// iptables-restore dies of a signal with the listing (a stand-in script
+// here), the sync retries without it and succeeds.
+func TestKernelNFTListsFirst(t *testing.T) {
 	topo := ktTopology(t)
 	b := ktBackend(t, topo, flavourNFT)
 	var listed []bool
 	b.rewrite = func(f ipFamily, text []byte) []byte {
 		if f == ipv4 && tableOf(text) == tableNAT {
-			listed = append(listed, bytes.HasPrefix(text, []byte("*nat\n-S\n")))
+			listed = append(listed, bytes.HasPrefix(text, []byte("*nat\n"+listLine)))
 		}
 		return text
 	}
-	p := ktPlan(ktService("web", ktVIP, ktPodA))
-	ktSync(t, b, p, nil)
-	netns.WantPods(t, "after the first sync", netns.DialMany(t, topo.Client, netip.AddrPortFrom(ktVIP, 80), 3), "pod-a")
-	ktSync(t, b, p, nil)
-	if !slices.Equal(listed, []bool{true, false}) {
-		t.Errorf("nat restores starting with -S: %v, want [true false] (first sync only)", listed)
+	crashing := filepath.Join(t.TempDir(), "crashing-restore")
+	script := "#!/bin/sh\nin=$(cat)\n" +
+		`[ "$(printf '%s\n' "$in" | sed -n 2p)" = "-S" ] && kill -SEGV $$` + "\n" +
+		`printf '%s\n' "$in" | exec ` + b.fams[0].tools.restore + ` "$@"` + "\n"
+	if err := os.WriteFile(crashing, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b.fams[0].tools.restore = crashing
+	web := ktService("web", ktVIP, ktPodA)
+	ktSync(t, b, ktPlan(web), nil)
+	addr := netip.AddrPortFrom(ktVIP, 80)
+	netns.WantPods(t, "after a full sync retried without -S", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
+	web = ktService("web", ktVIP, ktPodB)
+	ktSync(t, b, ktPlan(web), []plan.Key{web.Key})
+	netns.WantPods(t, "after a partial sync", netns.DialMany(t, topo.Client, addr, 3), "pod-b")
+	ktSync(t, b, ktPlan(web), nil)
+	if !slices.Equal(listed, []bool{true, false, true}) {
+		t.Errorf("nat restores starting with -S: %v, want [true false true] (full syncs only)", listed)
 	}
 }

@@ -9,7 +9,8 @@ import (
 type Options struct {
 	// Flavour selects the iptables binaries: "auto" (or empty) detects the
 	// flavour already in use like kube-proxy's iptables-wrapper, "nft" or
-	// "legacy" forces one.
+	// "legacy" forces one. It shapes the restore texts: with "legacy" they
+	// declare chains in descending name order.
 	Flavour string
 	// NetNS, when non-zero, is a file descriptor of the network namespace to
 	// program instead of the caller's own.

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -246,4 +247,28 @@ func fakeExisting(existing map[string][]string) restore {
 		}
 	}
 	return r
+}
+
+// TestLegacyDeclaresChainsDescending checks the order of the per-service
+// chain declarations: descending names for iptables-legacy, the plan's
+// order (names are hashes, so no name order) otherwise.
+func TestLegacyDeclaresChainsDescending(t *testing.T) {
+	p := goldClusterPlan()
+	declared := func(o *Options) []string {
+		r, _ := renderFull(ipv4, p, o, nil)
+		var names []string
+		for line := range strings.Lines(string(r.NAT)) {
+			if name, ok := strings.CutPrefix(line, ":"); ok && isServiceChain(strings.Fields(name)[0]) {
+				names = append(names, strings.Fields(name)[0])
+			}
+		}
+		return names
+	}
+	legacy := declared(&Options{Flavour: flavourLegacy})
+	if len(legacy) < 3 || !slices.IsSortedFunc(legacy, func(a, b string) int { return strings.Compare(b, a) }) {
+		t.Errorf("legacy declarations not in descending order: %v", legacy)
+	}
+	if nft := declared(&Options{Flavour: flavourNFT}); slices.IsSorted(nft) || slices.IsSortedFunc(nft, func(a, b string) int { return strings.Compare(b, a) }) {
+		t.Errorf("nft declarations in name order: %v", nft)
+	}
 }
