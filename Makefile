@@ -48,7 +48,8 @@ bench: build plugins
 	$(GO) test -run '^$$' -bench 'Load|Reload|Decode' -benchtime 10x ./core/source/files/
 	cd sdk && $(GO) test -run '^$$' -bench . -benchmem -benchtime 10x ./abi/
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./hooks/
-	$(GO) run ./hack/bench --weir $(BIN)/weir --services 1000,10000 --plugins $(BIN)/plugins
+	$(GO) test -run '^$$' -bench 'Sync10k' -benchmem -benchtime 3x -timeout 60m ./backends/iptables/
+	$(GO) run ./hack/bench --weir $(BIN)/weir --services 1000,10000 --plugins $(BIN)/plugins --iptables legacy,nft
 
 ## lint: gofmt and go vet on both modules
 lint:

@@ -48,6 +48,8 @@ type Backend struct {
 	// listed is true once the first full sync has listed the kernel's
 	// KUBE-* chains for takeover.
 	listed bool
+	// rewritten is when the last sync that rewrote every chain started.
+	rewritten time.Time
 	// localnet is true once route_localnet has been set.
 	localnet bool
 	// rewrite, when set (by tests), may change each restore text before it
@@ -101,8 +103,10 @@ type syncStats struct {
 }
 
 // Sync makes the kernel match p; see backends.Backend. Changes go into
-// each table with one iptables-restore run; a sync after a failed one is
-// full.
+// each table with one iptables-restore run; a sync after a failed one
+// rewrites everything. So does a full sync (changed nil) once
+// RewritePeriod has passed since the last rewrite, or when a jump rule is
+// missing; a full sync sooner reconciles: see reconcile.
 func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -110,25 +114,62 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 		return err
 	}
 	start := time.Now()
-	full := changed == nil || !b.synced
+	kind := "partial"
+	if changed == nil || !b.synced {
+		kind = "rewrite"
+		if b.synced && time.Since(b.rewritten) < b.opts.rewritePeriod() {
+			kind = "reconcile"
+		}
+	}
 	var st syncStats
 	var err error
-	if full {
-		st, err = b.fullSync(ctx, p)
-	} else {
+	switch kind {
+	case "partial":
 		st, err = b.partialSync(ctx, p, changed)
+	case "reconcile":
+		st, kind, err = b.reconcile(ctx, p)
+	}
+	if kind == "rewrite" {
+		st, err = b.fullSync(ctx, p)
 	}
 	if err != nil {
 		b.synced = false
 		return err
 	}
-	if full {
-		b.synced = true
+	if kind == "rewrite" {
+		b.synced, b.rewritten = true, start
 	}
-	b.log.Debug("Synced iptables rules", "flavour", b.fl.name, "full", full, "services", len(p.Services),
+	b.log.Debug("Synced iptables rules", "flavour", b.fl.name, "kind", kind, "services", len(p.Services),
 		"changed", len(changed), "restores", st.restores, "filterBytes", st.filter, "natBytes", st.nat,
 		"duration", time.Since(start))
 	return nil
+}
+
+// reconcile answers a full sync requested within RewritePeriod of the
+// last rewrite, like kube-proxy, which rewrites everything only hourly: it
+// checks that every jump rule is in place (flushing the built-in chains
+// removes them; kube-proxy watches a canary chain for that) and writes,
+// as a partial sync of every service, only what differs from what the
+// backend remembers writing. It returns "rewrite", having done nothing,
+// when a jump rule was missing: then everything must be rewritten.
+func (b *Backend) reconcile(ctx context.Context, p *plan.Plan) (syncStats, string, error) {
+	for _, fam := range b.fams {
+		intact, err := ensureJumps(ctx, b.opts.NetNS, b.fl, fam.f, fam.ipt)
+		if err != nil || !intact {
+			b.log.Info("iptables jump rules were missing; rewriting every chain", "family", fam.f, "error", err)
+			return syncStats{}, "rewrite", nil
+		}
+	}
+	keys := p.Keys()
+	for _, fam := range b.fams {
+		fam.last.each(func(k plan.Key, _ *svcWritten) {
+			if p.Services[k] == nil {
+				keys = append(keys, k)
+			}
+		})
+	}
+	st, err := b.partialSync(ctx, p, keys)
+	return st, "reconcile", err
 }
 
 // fullSync checks the jump rules and rewrites every chain of both
@@ -149,7 +190,7 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error)
 	}
 	var errs []error
 	for _, fam := range b.fams {
-		if err := ensureJumps(ctx, b.opts.NetNS, b.fl, fam.f, fam.ipt); err != nil {
+		if _, err := ensureJumps(ctx, b.opts.NetNS, b.fl, fam.f, fam.ipt); err != nil {
 			errs = append(errs, err)
 		}
 		existing := mergeChains(fam.stray, chainsOf(fam.last))
@@ -222,7 +263,7 @@ func (b *Backend) apply(ctx context.Context, fam *family, r restore, st *syncSta
 		}
 		st.restores++
 		err := runRestore(ctx, b.opts.NetNS, fam.tools.restore, text)
-		if bare, ok := withoutList(text); ok && killed(err) {
+		if bare, ok := withoutList(text); ok && killed(err) && ctx.Err() == nil {
 			b.log.Warn("iptables-restore died listing the table first; retrying without", "error", err)
 			err = runRestore(ctx, b.opts.NetNS, fam.tools.restore, bare)
 		}

@@ -82,10 +82,11 @@ func benchLoaded(b, owner *testing.B, fl string, p *plan.Plan) *Backend {
 
 // BenchmarkSync10k measures, per flavour, syncs of 10k services × 10
 // endpoints (nat: 10k KUBE-SVC and 100k KUBE-SEP chains, ~330k rules):
-// "cold" is the first full sync into an empty namespace, "full" a periodic
-// full resync over the loaded tables, "partial" the replacement of one
-// endpoint of one service. A cold nft sync takes minutes: pick rows with
-// -bench, e.g. -bench 'Sync10k/legacy' -benchtime 1x.
+// "cold" is the first full sync into an empty namespace, "rewrite" a full
+// sync that rewrites every chain over the loaded tables (hourly, or after a
+// failure), "reconcile" the full sync of every syncPeriod in between (no
+// change: nothing written), "partial" the replacement of one endpoint of
+// one service. Pick rows with -bench, e.g. -bench 'Sync10k/legacy'.
 func BenchmarkSync10k(b *testing.B) {
 	ctx := context.Background()
 	for _, fl := range []string{flavourLegacy, flavourNFT} {
@@ -112,15 +113,19 @@ func BenchmarkSync10k(b *testing.B) {
 				}
 				return be
 			}
-			fb.Run("full", func(b *testing.B) {
+			full := func(b *testing.B, period time.Duration) {
 				be := loaded(b)
+				be.opts.RewritePeriod = period
+				defer func() { be.opts.RewritePeriod = 0 }()
 				b.ResetTimer()
 				for range b.N {
 					if err := be.Sync(ctx, p, nil); err != nil {
 						b.Fatal(err)
 					}
 				}
-			})
+			}
+			fb.Run("rewrite", func(b *testing.B) { full(b, time.Nanosecond) })
+			fb.Run("reconcile", func(b *testing.B) { full(b, 0) })
 			fb.Run("partial", func(b *testing.B) {
 				be := loaded(b)
 				key := plan.Key{Namespace: "bench", Name: "svc-5000", Port: "http", Protocol: plan.TCP}

@@ -437,13 +437,17 @@ func TestKernelFullSyncRestoresJumps(t *testing.T) {
 	})
 }
 
-// TestKernelNFTListsFirst checks that every iptables-nft full sync's nat
-// restore starts with -S and partial ones do not; and that when
+// TestKernelNFTListsFirst checks that every iptables-nft nat restore that
+// rewrites everything starts with -S and partial ones do not; and that when
 // iptables-restore dies of a signal with the listing (a stand-in script
 // here), the sync retries without it and succeeds.
 func TestKernelNFTListsFirst(t *testing.T) {
 	topo := ktTopology(t)
-	b := ktBackend(t, topo, flavourNFT)
+	// Every full sync rewrites: none reconciles.
+	b, err := New(Options{Flavour: flavourNFT, NetNS: topo.Node.Fd(), RewritePeriod: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var listed []bool
 	b.rewrite = func(f ipFamily, text []byte) []byte {
 		if f == ipv4 && tableOf(text) == tableNAT {
@@ -470,4 +474,57 @@ func TestKernelNFTListsFirst(t *testing.T) {
 	if !slices.Equal(listed, []bool{true, false, true}) {
 		t.Errorf("nat restores starting with -S: %v, want [true false true] (full syncs only)", listed)
 	}
+}
+
+// TestKernelReconcile checks full syncs asked for within RewritePeriod of
+// the last rewrite: with nothing changed they run no restore; a changed
+// service has only its chains written, a removed one its chains deleted;
+// a jump rule deleted behind the backend's back makes the next one
+// rewrite everything (and put the jump back).
+func TestKernelReconcile(t *testing.T) {
+	eachFlavour(t, func(t *testing.T, fl string) {
+		topo := ktTopology(t)
+		b := ktBackend(t, topo, fl)
+		var texts []string
+		b.rewrite = func(f ipFamily, text []byte) []byte {
+			if f == ipv4 && hasRules(text) {
+				texts = append(texts, string(text))
+			}
+			return text
+		}
+		web, api := ktService("web", ktVIP, ktPodA), ktService("api", ktVIP2, ktPodB)
+		p := ktPlan(web, api)
+		ktSync(t, b, p, nil)
+		addr := netip.AddrPortFrom(ktVIP, 80)
+		netns.WantPods(t, "after the first sync", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
+		apiChains := chainsFor(servicePortName(api.Key), "tcp")
+
+		texts = nil
+		ktSync(t, b, p, nil)
+		if len(texts) != 0 {
+			t.Errorf("a full sync of an unchanged plan ran restores:\n%s", strings.Join(texts, "\n"))
+		}
+
+		web = ktService("web", ktVIP, ktPodC)
+		p = ktPlan(web)
+		texts = nil
+		ktSync(t, b, p, nil)
+		netns.WantPods(t, "after web changed and api left", netns.DialMany(t, topo.Client, addr, 3), "pod-c")
+		all := strings.Join(texts, "")
+		if strings.Contains(all, ":"+kubeServices+" ") || !strings.Contains(all, "-X "+apiChains.svc) {
+			t.Errorf("reconcile rewrote fixed chains or kept api's chains:\n%s", all)
+		}
+		if nat := ktSave(t, topo, b.fl, ipv4, tableNAT); strings.Contains(nat, apiChains.svc) {
+			t.Errorf("api's chain %s is still in the kernel", apiChains.svc)
+		}
+
+		ktRestore(t, topo, b.fl, ipv4, "*nat\n"+
+			`-D PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`+"\nCOMMIT\n")
+		texts = nil
+		ktSync(t, b, p, nil)
+		if all := strings.Join(texts, ""); !strings.Contains(all, ":"+kubeServices+" ") {
+			t.Errorf("a full sync after a jump went missing did not rewrite everything:\n%s", all)
+		}
+		netns.WantPods(t, "after the rewrite", netns.DialMany(t, topo.Client, addr, 3), "pod-c")
+	})
 }

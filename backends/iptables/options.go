@@ -3,6 +3,7 @@ package iptables
 import (
 	"log/slog"
 	"net/netip"
+	"time"
 )
 
 // Options configures the iptables backend.
@@ -36,8 +37,25 @@ type Options struct {
 	// NodePortCIDRs is empty): the first sync sets route_localnet, and
 	// packets to loopback addresses from elsewhere are dropped.
 	LocalhostNodePorts bool
+	// RewritePeriod is the longest time between two syncs that rewrite every
+	// chain; 0 means an hour, kube-proxy's full-sync period. A full sync
+	// asked for sooner writes only what differs from what the backend wrote
+	// (see Backend.Sync). Failed syncs and missing jump rules always lead
+	// to a rewrite.
+	RewritePeriod time.Duration
 	// Log receives the backend's messages; slog.Default() when nil.
 	Log *slog.Logger
+}
+
+// defaultRewritePeriod is RewritePeriod's default.
+const defaultRewritePeriod = time.Hour
+
+// rewritePeriod returns the effective RewritePeriod.
+func (o *Options) rewritePeriod() time.Duration {
+	if o.RewritePeriod <= 0 {
+		return defaultRewritePeriod
+	}
+	return o.RewritePeriod
 }
 
 // LocalDetector says how traffic from pods is recognised.

@@ -90,43 +90,54 @@ func newIPTables(fl *flavour, f ipFamily) (*goipt.IPTables, error) {
 
 // ensureJumps adds the jump rules that are missing, each at the head of its
 // built-in chain, inside netNS, creating the (empty) chains they target
-// when missing. A full sync runs it before its restores, while a cold
-// node's tables are still small.
+// when missing; intact says whether every rule was already there. A full
+// sync runs it before its restores, while a cold node's tables are still
+// small.
 //
 // With iptables-legacy every iptables command reads a whole table from the
 // kernel (0.3 s for nat at 10k services), so one iptables-restore --test
 // checks all the rules first and the per-rule commands run only when one
 // is missing. (iptables-nft's test mode does not evaluate -C, and its
 // single commands read only the chain they name.)
-func ensureJumps(ctx context.Context, netNS int, fl *flavour, f ipFamily, ipt *goipt.IPTables) error {
+func ensureJumps(ctx context.Context, netNS int, fl *flavour, f ipFamily, ipt *goipt.IPTables) (intact bool, err error) {
 	if fl.name == flavourLegacy {
 		if _, _, err := runTool(ctx, netNS, jumpChecks(), fl.tools(f).restore, "--test", "--noflush", "--wait"); err == nil {
-			return nil
+			return true, nil
 		}
 	}
-	return inNetNS(netNS, func() error {
+	intact = true
+	err = inNetNS(netNS, func() error {
 		for _, j := range slices.Backward(jumps) {
-			if err := ensureChain(ipt, j.table, j.to); err != nil {
-				return err
+			// -C fails outright when the target chain is missing.
+			created, err := ensureChain(ipt, j.table, j.to)
+			ok := false
+			if err == nil {
+				ok, err = ipt.Exists(j.table, j.from, j.spec()...)
 			}
-			if err := ipt.InsertUnique(j.table, j.from, 1, j.spec()...); err != nil {
+			if err == nil && !ok {
+				err = ipt.Insert(j.table, j.from, 1, j.spec()...)
+			}
+			intact = intact && !created && ok
+			if err != nil {
 				return fmt.Errorf("iptables: add jump %s %s -> %s: %w", j.table, j.from, j.to, err)
 			}
 		}
 		return nil
 	})
+	return intact, err
 }
 
-// ensureChain creates chain in table unless it exists.
-func ensureChain(ipt *goipt.IPTables, table, chain string) error {
+// ensureChain creates chain in table unless it exists, and says whether
+// it did.
+func ensureChain(ipt *goipt.IPTables, table, chain string) (created bool, err error) {
 	ok, err := ipt.ChainExists(table, chain)
 	if err == nil && !ok {
-		err = ipt.NewChain(table, chain)
+		err, created = ipt.NewChain(table, chain), true
 	}
 	if err != nil {
-		return fmt.Errorf("iptables: create chain %s %s: %w", table, chain, err)
+		return false, fmt.Errorf("iptables: create chain %s %s: %w", table, chain, err)
 	}
-	return nil
+	return created, nil
 }
 
 // jumpChecks returns an iptables-restore text that checks (-C) every jump

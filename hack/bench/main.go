@@ -31,56 +31,92 @@ func main() {
 	endpoints := flag.Int("endpoints", 10, "endpoints per service")
 	changes := flag.Int("changes", 7, "one-endpoint changes to time in weir run")
 	plugins := flag.String("plugins", "", "folder of the example plugins' .wasm files; adds rows through three plugins")
+	iptables := flag.String("iptables", "", "comma-separated iptables flavours (legacy, nft); adds rows in mode iptables")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (creates network namespaces)")
 		os.Exit(2)
 	}
-	fmt.Printf("| services × endpoints | sync --once wall | its full sync (plugins' part) | sync --once peak RSS | one change → committed (median of %d) | weir run RSS after changes |\n", *changes)
-	fmt.Println("| --- | --- | --- | --- | --- | --- |")
+	vs, err := variants(*plugins, *iptables)
+	if err != nil {
+		fatal(err)
+	}
+	defer func() {
+		for _, v := range vs {
+			for _, path := range []string{v.config, v.cacheDir} {
+				if path != "" {
+					os.RemoveAll(path)
+				}
+			}
+		}
+	}()
+	fmt.Printf("| services × endpoints | mode | sync --once wall | its full sync (plugins' part) | sync --once peak RSS | one change → committed (median of %d) | weir run RSS after changes |\n", *changes)
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- |")
 	for _, s := range strings.Split(*counts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
 			fatal(fmt.Errorf("bad --services value %q", s))
 		}
-		configs := []string{""}
-		if *plugins != "" {
-			cfg, err := pluginConfig(*plugins)
+		for _, v := range vs {
+			r, err := measure(*weir, n, *endpoints, *changes, v)
 			if err != nil {
-				fatal(err)
+				fatal(fmt.Errorf("%s: %w", v.label, err))
 			}
-			defer os.Remove(cfg)
-			configs = append(configs, cfg)
-		}
-		for _, cfg := range configs {
-			r, err := measure(*weir, n, *endpoints, *changes, cfg)
-			if err != nil {
-				fatal(err)
-			}
-			label := ""
-			if cfg != "" {
-				label = " + 3 plugins"
-			}
-			fmt.Printf("| %d × %d%s | %s | %s (%s) | %d MB | %s | %d MB |\n", n, *endpoints, label, r.once.Round(time.Millisecond),
+			fmt.Printf("| %d × %d | %s | %s | %s (%s) | %d MB | %s | %d MB |\n", n, *endpoints, v.label, r.once.Round(time.Millisecond),
 				r.onceSync.Round(time.Millisecond), r.onceHooks.Round(time.Millisecond), r.onceRSS>>10,
 				r.change.Round(100*time.Microsecond), r.runRSS>>10)
 		}
 	}
 }
 
+// variant is one way of running Weir the benchmark measures.
+type variant struct {
+	label string
+	// config is the config file Weir runs with ("" for the defaults).
+	config string
+	// cacheDir is the plugins' compilation cache ("" without plugins),
+	// warmed by an untimed sync --once before the timed one.
+	cacheDir string
+}
+
+// variants returns the default nftables mode, then the same through three
+// plugins from pluginDir (if set), then mode iptables with each flavour
+// listed in flavours; config files are written to temporary files.
+func variants(pluginDir, flavours string) ([]variant, error) {
+	vs := []variant{{label: "nftables"}}
+	if pluginDir != "" {
+		cfg, cache, err := pluginConfig(pluginDir)
+		if err != nil {
+			return vs, err
+		}
+		vs = append(vs, variant{"nftables + 3 plugins", cfg, cache})
+	}
+	for _, fl := range strings.Split(flavours, ",") {
+		if fl = strings.TrimSpace(fl); fl == "" {
+			continue
+		}
+		cfg, err := writeConfig("mode: iptables\niptables:\n  backend: " + fl + "\n")
+		if err != nil {
+			return vs, err
+		}
+		vs = append(vs, variant{label: "iptables-" + fl, config: cfg})
+	}
+	return vs, nil
+}
+
 // pluginConfig writes a Weir config running drain (which takes node-2's
 // endpoints out of every service: every service changes), zone-preference
-// and affinity (which find nothing to change) from dir. It returns its path.
-func pluginConfig(dir string) (string, error) {
+// and affinity (which find nothing to change) from dir. It returns its path
+// and the compilation cache folder it names.
+func pluginConfig(dir string) (cfg, cache string, err error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	cache, err := os.MkdirTemp("", "weir-bench-cache-")
-	if err != nil {
-		return "", err
+	if cache, err = os.MkdirTemp("", "weir-bench-cache-"); err != nil {
+		return "", "", err
 	}
-	cfg := fmt.Sprintf(`hooks:
+	cfg, err = writeConfig(fmt.Sprintf(`hooks:
   cacheDir: %s
 plugins:
   - name: drain
@@ -90,13 +126,18 @@ plugins:
     path: %s/zone-preference.wasm
   - name: affinity
     path: %s/affinity.wasm
-`, cache, abs, abs, abs)
+`, cache, abs, abs, abs))
+	return cfg, cache, err
+}
+
+// writeConfig writes a Weir config file and returns its path.
+func writeConfig(text string) (string, error) {
 	f, err := os.CreateTemp("", "weir-bench-*.yaml")
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	_, err = f.WriteString(cfg)
+	_, err = f.WriteString(text)
 	return f.Name(), err
 }
 
@@ -114,7 +155,11 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func measure(weir string, n, eps, changes int, cfg string) (result, error) {
+// measure runs variant v on n services × eps endpoints in a fresh
+// namespace: the first sync is into empty tables unless v warms a plugin
+// cache first; weir run then takes the rules over and times the changes.
+func measure(weir string, n, eps, changes int, v variant) (result, error) {
+	cfg := v.config
 	dir, err := os.MkdirTemp("", "weir-bench-")
 	if err != nil {
 		return result{}, err
@@ -129,7 +174,7 @@ func measure(weir string, n, eps, changes int, cfg string) (result, error) {
 	}
 	defer exec.Command("ip", "netns", "delete", ns).Run()
 	var r result
-	if cfg != "" {
+	if v.cacheDir != "" {
 		// Compile the plugins into the cache first: the figures are for a
 		// (re)start with a warm cache, as on a node that ran Weir before.
 		if _, _, _, _, err := syncOnce(weir, ns, dir, cfg); err != nil {
