@@ -1,5 +1,5 @@
 // Package backends defines the contract between Weir's pipeline and the code
-// that programs the kernel.
+// that programs the kernel, and the options the backends share.
 package backends
 
 import (
@@ -10,10 +10,13 @@ import (
 
 // Backend turns a plan into kernel state.
 type Backend interface {
-	// Sync makes the kernel match p. When changed is nil the whole plan is
-	// written (a full sync); otherwise only the listed keys changed since the
-	// last successful Sync, and keys absent from p were deleted. A failed Sync
-	// leaves the previously committed rules serving.
+	// Sync makes the kernel match p. A nil changed asks for a full sync: the
+	// backend makes the kernel match the whole plan and repairs what it can
+	// detect was changed behind its back, but need not rewrite everything
+	// (the iptables backend rewrites at most hourly and reconciles between).
+	// Otherwise only the listed keys changed since the last successful Sync,
+	// and keys absent from p were deleted. A failed Sync leaves the
+	// previously committed rules serving.
 	Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error
 	// Cleanup removes everything the backend ever installed.
 	Cleanup(ctx context.Context) error

@@ -74,7 +74,7 @@ type family struct {
 // New returns a backend that programs the network namespace in opts with
 // the iptables flavour opts asks for (detected when "auto" or empty).
 func New(opts Options) (*Backend, error) {
-	log := opts.logger()
+	log := opts.Logger()
 	opts.Log = log
 	fl, err := chooseFlavour(context.Background(), opts.NetNS, opts.Flavour)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	vnetns "github.com/vishvananda/netns"
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -69,7 +70,7 @@ func benchPlan(n, eps int) *plan.Plan {
 // benchLoaded returns a backend of flavour fl holding plan p in a fresh
 // namespace that lives as long as owner; b is the running benchmark.
 func benchLoaded(b, owner *testing.B, fl string, p *plan.Plan) *Backend {
-	be, err := New(Options{Flavour: fl, NetNS: benchNetNS(b, owner)})
+	be, err := New(Options{Common: backends.Common{NetNS: benchNetNS(b, owner)}, Flavour: fl})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func BenchmarkSync10k(b *testing.B) {
 				for range b.N {
 					b.StopTimer()
 					p := benchPlan(10000, 10)
-					be, err := New(Options{Flavour: fl, NetNS: benchNetNS(b, b)})
+					be, err := New(Options{Common: backends.Common{NetNS: benchNetNS(b, b)}, Flavour: fl})
 					if err != nil {
 						b.Fatal(err)
 					}

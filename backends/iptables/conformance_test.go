@@ -15,7 +15,7 @@ func TestConformance(t *testing.T) {
 	for _, fl := range []string{flavourLegacy, flavourNFT} {
 		t.Run(fl, func(t *testing.T) {
 			conformance.Run(t, func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
-				b, err := New(Options{Flavour: fl, NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll})
+				b, err := New(Options{Common: backends.Common{NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll}, Flavour: fl})
 				if err != nil {
 					t.Fatal(err)
 				}

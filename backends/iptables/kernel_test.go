@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -55,7 +56,7 @@ func ktTopology(t *testing.T) *netns.Topology {
 // ktBackend creates a backend of flavour fl for the topology's node.
 func ktBackend(t *testing.T, topo *netns.Topology, fl string) *Backend {
 	t.Helper()
-	b, err := New(Options{Flavour: fl, NetNS: topo.Node.Fd()})
+	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd()}, Flavour: fl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +350,7 @@ func TestKernelCleanupOfNothing(t *testing.T) {
 func TestKernelLocalhostNodePort(t *testing.T) {
 	eachFlavour(t, func(t *testing.T, fl string) {
 		topo := ktTopology(t)
-		b, err := New(Options{Flavour: fl, NetNS: topo.Node.Fd(), LocalhostNodePorts: true})
+		b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd(), LocalhostNodePorts: true}, Flavour: fl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -444,7 +445,7 @@ func TestKernelFullSyncRestoresJumps(t *testing.T) {
 func TestKernelNFTListsFirst(t *testing.T) {
 	topo := ktTopology(t)
 	// Every full sync rewrites: none reconciles.
-	b, err := New(Options{Flavour: flavourNFT, NetNS: topo.Node.Fd(), RewritePeriod: time.Nanosecond})
+	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd()}, Flavour: flavourNFT, RewritePeriod: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}

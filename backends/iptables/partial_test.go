@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -80,7 +81,7 @@ var partialSteps = []partialStep{
 }
 
 func TestGoldenPartial(t *testing.T) {
-	o := &Options{ClusterCIDRs: podCIDR}
+	o := &Options{Common: backends.Common{ClusterCIDRs: podCIDR}}
 	base := partialBase()
 	full, prev := renderFull(ipv4, base, o, nil)
 	for _, step := range partialSteps {
@@ -140,7 +141,7 @@ func wantSameWritten(t *testing.T, w *written, p *plan.Plan, o *Options) {
 }
 
 func TestRenderPartialLeavesPrevUnchanged(t *testing.T) {
-	o := &Options{ClusterCIDRs: podCIDR}
+	o := &Options{Common: backends.Common{ClusterCIDRs: podCIDR}}
 	base := partialBase()
 	_, prev := renderFull(ipv4, base, o, nil)
 	// A few partials on top so prev has a delta too.
@@ -191,7 +192,7 @@ func snapshotWritten(w *written) any {
 }
 
 func TestRenderPartialWithoutChangeWritesNothing(t *testing.T) {
-	o := &Options{ClusterCIDRs: podCIDR}
+	o := &Options{Common: backends.Common{ClusterCIDRs: podCIDR}}
 	p := partialBase()
 	_, prev := renderFull(ipv4, p, o, nil)
 	r, w := renderPartial(ipv4, p, p.Keys(), prev, o)
@@ -208,7 +209,7 @@ func TestRenderPartialWithoutChangeWritesNothing(t *testing.T) {
 }
 
 func TestGoldenPartialFollowsNodeAddresses(t *testing.T) {
-	o := &Options{NodePortPrimary: true}
+	o := &Options{Common: backends.Common{NodePortPrimary: true}}
 	p := partialBase()
 	full, prev := renderFull(ipv4, p, o, nil)
 	p2 := p.Clone()
@@ -220,7 +221,7 @@ func TestGoldenPartialFollowsNodeAddresses(t *testing.T) {
 }
 
 func TestRenderPartialRewritesAllForNewPodCIDRs(t *testing.T) {
-	o := &Options{LocalDetector: DetectNodeCIDR}
+	o := &Options{Common: backends.Common{LocalDetector: backends.DetectNodeCIDR}}
 	p := partialBase()
 	full, prev := renderFull(ipv4, p, o, nil)
 	p2 := p.Clone()
@@ -238,7 +239,7 @@ func TestRenderPartialRewritesAllForNewPodCIDRs(t *testing.T) {
 // another: each crossing rewrites every chain, without and then again with
 // the per-endpoint comments, while the service-level comments stay.
 func TestRenderPartialCrossesLargeCluster(t *testing.T) {
-	o := &Options{ClusterCIDRs: podCIDR}
+	o := &Options{Common: backends.Common{ClusterCIDRs: podCIDR}}
 	p := goldPlan()
 	for i := range 99 {
 		s := goldSvc(fmt.Sprintf("s%d", i), "http", plan.TCP, fmt.Sprintf("10.96.1.%d", i), 80, 0)
@@ -278,8 +279,11 @@ func TestRenderPartialCrossesLargeCluster(t *testing.T) {
 // the delta limit, and checks after each that the kernel and the written state
 // are what a full render of the plan gives.
 func TestRenderPartialSequence(t *testing.T) {
-	for _, o := range []*Options{{ClusterCIDRs: podCIDR}, {LocalDetector: DetectInterfaceNamePrefix, PodInterfacePrefix: "veth", LocalhostNodePorts: true}} {
-		t.Run(fmt.Sprint(o.detector()), func(t *testing.T) {
+	for _, o := range []*Options{
+		{Common: backends.Common{ClusterCIDRs: podCIDR}},
+		{Common: backends.Common{LocalDetector: backends.DetectInterfaceNamePrefix, PodInterfacePrefix: "veth", LocalhostNodePorts: true}},
+	} {
+		t.Run(fmt.Sprint(o.Detector()), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, 11))
 			p := goldPlan()
 			for i := range 40 {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -59,14 +60,14 @@ type detection struct {
 func newDetection(f ipFamily, o *Options, node plan.Node) detection {
 	var d detection
 	var cidrs []netip.Prefix
-	switch o.detector() {
-	case DetectNodeCIDR:
+	switch o.Detector() {
+	case backends.DetectNodeCIDR:
 		cidrs = prefixesOf(f, node.PodCIDRs)
 		d.nodeCIDRs = cidrs
 		if len(cidrs) == 0 {
 			d.masq = masqAll
 		}
-	case DetectInterfaceNamePrefix:
+	case backends.DetectInterfaceNamePrefix:
 		d.podMatch = []string{"-i " + o.PodInterfacePrefix + "+"}
 		d.masq, d.notPod = masqNotPod, "! -i "+o.PodInterfacePrefix+"+"
 	default:

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -33,7 +34,7 @@ func renderBenchPlan(n, eps int) *plan.Plan {
 	return p
 }
 
-var renderBenchOptions = &Options{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/9")}}
+var renderBenchOptions = &Options{Common: backends.Common{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/9")}}}
 
 // BenchmarkRenderFull10k renders 10k services × 10 endpoints in full; it
 // reports the restore text size and the heap the written state keeps.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -180,7 +181,7 @@ func goldDualStackPlan() *plan.Plan {
 }
 
 func TestGoldenFull(t *testing.T) {
-	cidrs := &Options{ClusterCIDRs: podCIDR}
+	cidrs := &Options{Common: backends.Common{ClusterCIDRs: podCIDR}}
 	cases := []struct {
 		name     string
 		f        ipFamily
@@ -192,21 +193,21 @@ func TestGoldenFull(t *testing.T) {
 		{"full-external", ipv4, cidrs, goldExternalPlan(), nil},
 		{"full-policy", ipv4, cidrs, goldPolicyPlan(), nil},
 		{"full-detect-none", ipv4, &Options{}, goldDetectorPlan(), nil},
-		{"full-detect-clustercidr", ipv4, &Options{ClusterCIDRs: prefixes("10.244.0.0/16", "fd00:10:244::/48")}, goldDetectorPlan(), nil},
-		{"full-detect-clustercidrs", ipv4, &Options{ClusterCIDRs: prefixes("10.244.0.0/16", "10.245.0.0/16")}, goldDetectorPlan(), nil},
-		{"full-detect-nodecidr", ipv4, &Options{LocalDetector: DetectNodeCIDR}, goldDetectorPlan(), nil},
-		{"full-detect-nodecidr-unknown", ipv4, &Options{LocalDetector: DetectNodeCIDR}, func() *plan.Plan {
+		{"full-detect-clustercidr", ipv4, &Options{Common: backends.Common{ClusterCIDRs: prefixes("10.244.0.0/16", "fd00:10:244::/48")}}, goldDetectorPlan(), nil},
+		{"full-detect-clustercidrs", ipv4, &Options{Common: backends.Common{ClusterCIDRs: prefixes("10.244.0.0/16", "10.245.0.0/16")}}, goldDetectorPlan(), nil},
+		{"full-detect-nodecidr", ipv4, &Options{Common: backends.Common{LocalDetector: backends.DetectNodeCIDR}}, goldDetectorPlan(), nil},
+		{"full-detect-nodecidr-unknown", ipv4, &Options{Common: backends.Common{LocalDetector: backends.DetectNodeCIDR}}, func() *plan.Plan {
 			p := goldDetectorPlan()
 			p.Node.PodCIDRs = nil
 			return p
 		}(), nil},
-		{"full-detect-interface", ipv4, &Options{LocalDetector: DetectInterfaceNamePrefix, PodInterfacePrefix: "veth"}, goldDetectorPlan(), nil},
-		{"full-masquerade-all", ipv4, &Options{ClusterCIDRs: podCIDR, MasqueradeAll: true}, goldDetectorPlan(), nil},
-		{"full-nodeport-localhost", ipv4, &Options{LocalhostNodePorts: true}, goldPolicyPlan(), nil},
-		{"full-nodeport-cidrs", ipv4, &Options{NodePortCIDRs: prefixes("192.168.0.0/24", "127.0.0.0/8", "fd00::/64")}, goldDetectorPlan(), nil},
-		{"full-nodeport-primary", ipv4, &Options{NodePortPrimary: true}, goldDetectorPlan(), nil},
-		{"full-ipv6", ipv6, &Options{ClusterCIDRs: prefixes("10.244.0.0/16", "fd00:10:244::/48")}, goldDualStackPlan(), nil},
-		{"full-ipv4-of-dual-stack", ipv4, &Options{ClusterCIDRs: prefixes("10.244.0.0/16", "fd00:10:244::/48")}, goldDualStackPlan(), nil},
+		{"full-detect-interface", ipv4, &Options{Common: backends.Common{LocalDetector: backends.DetectInterfaceNamePrefix, PodInterfacePrefix: "veth"}}, goldDetectorPlan(), nil},
+		{"full-masquerade-all", ipv4, &Options{Common: backends.Common{ClusterCIDRs: podCIDR, MasqueradeAll: true}}, goldDetectorPlan(), nil},
+		{"full-nodeport-localhost", ipv4, &Options{Common: backends.Common{LocalhostNodePorts: true}}, goldPolicyPlan(), nil},
+		{"full-nodeport-cidrs", ipv4, &Options{Common: backends.Common{NodePortCIDRs: prefixes("192.168.0.0/24", "127.0.0.0/8", "fd00::/64")}}, goldDetectorPlan(), nil},
+		{"full-nodeport-primary", ipv4, &Options{Common: backends.Common{NodePortPrimary: true}}, goldDetectorPlan(), nil},
+		{"full-ipv6", ipv6, &Options{Common: backends.Common{ClusterCIDRs: prefixes("10.244.0.0/16", "fd00:10:244::/48")}}, goldDualStackPlan(), nil},
+		{"full-ipv4-of-dual-stack", ipv4, &Options{Common: backends.Common{ClusterCIDRs: prefixes("10.244.0.0/16", "fd00:10:244::/48")}}, goldDualStackPlan(), nil},
 		{"full-orphans", ipv4, cidrs, goldPlan(goldSvc("web", "http", plan.TCP, "10.96.0.10", 80, 0, goldEP("10.244.0.11", 8080, 1))),
 			map[string][]string{
 				"nat": {"KUBE-SERVICES", "KUBE-MARK-MASQ", "KUBE-MARK-DROP", "KUBE-SVC-CDGGSHYLG3RE2FKL", "KUBE-SEP-QZSIC2ZS53EHPBVZ",

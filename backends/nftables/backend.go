@@ -13,11 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"sync"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 	"golang.org/x/sys/unix"
 )
@@ -27,50 +27,10 @@ const socketBuffer = 64 << 20
 
 // Options configures the backend.
 type Options struct {
+	backends.Common
 	// Table is the nftables table name; "weir" when empty.
 	Table string
-	// NetNS, when non-zero, is a file descriptor of the network namespace to
-	// program instead of the caller's own.
-	NetNS int
-	// ClusterCIDRs selects cluster-internal sources; cluster-IP traffic from
-	// elsewhere is masqueraded.
-	ClusterCIDRs []netip.Prefix
-	// MasqueradeAll masquerades all cluster-IP traffic.
-	MasqueradeAll bool
-	// LocalDetector says how pod traffic is recognised; cluster-IP traffic
-	// from anything else is masqueraded. Empty means DetectClusterCIDR.
-	LocalDetector LocalDetector
-	// PodInterfacePrefix is the pod interface name prefix for
-	// DetectInterfaceNamePrefix.
-	PodInterfacePrefix string
-	// NodePortCIDRs limits node ports to local addresses in these ranges;
-	// empty means every local address except loopback.
-	NodePortCIDRs []netip.Prefix
-	// NodePortPrimary limits node ports to the plan node's addresses (the
-	// Node object's InternalIP and ExternalIP), following its changes.
-	NodePortPrimary bool
-	// LocalhostNodePorts also accepts node ports on 127.0.0.0/8 (when
-	// NodePortCIDRs is empty): the first sync sets route_localnet, and
-	// packets to loopback addresses from elsewhere are dropped.
-	LocalhostNodePorts bool
-	// Log receives the backend's messages; slog.Default() when nil.
-	Log *slog.Logger
 }
-
-// LocalDetector says how traffic from pods is recognised.
-type LocalDetector string
-
-// The ways of recognising pod traffic.
-const (
-	// DetectClusterCIDR: sources inside ClusterCIDRs (none when it is empty).
-	DetectClusterCIDR LocalDetector = "ClusterCIDR"
-	// DetectNodeCIDR: sources inside the plan node's PodCIDRs. Until the
-	// node's podCIDRs are known, all cluster-IP traffic is masqueraded.
-	DetectNodeCIDR LocalDetector = "NodeCIDR"
-	// DetectInterfaceNamePrefix: packets arriving on an interface whose name
-	// starts with PodInterfacePrefix.
-	DetectInterfaceNamePrefix LocalDetector = "InterfaceNamePrefix"
-)
 
 // Backend is the nftables backend: one table per IP family, both changed in
 // one transaction. It is safe for one caller at a time.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netns"
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -65,7 +66,7 @@ func scalePlan(n, eps int) *plan.Plan {
 
 func benchmarkFullSync(b *testing.B, n int) {
 	ns := benchNamespace(b)
-	be, err := New(Options{NetNS: int(ns)})
+	be, err := New(Options{Common: backends.Common{NetNS: int(ns)}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func BenchmarkFullSync10k(b *testing.B) { benchmarkFullSync(b, 10000) }
 // key of one of them.
 func syncedScale(b *testing.B) (*Backend, *plan.Plan, plan.Key) {
 	ns := benchNamespace(b)
-	be, err := New(Options{NetNS: int(ns)})
+	be, err := New(Options{Common: backends.Common{NetNS: int(ns)}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 // backend.
 func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
-		b, err := New(Options{NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll})
+		b, err := New(Options{Common: backends.Common{NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll}})
 		if err != nil {
 			t.Fatal(err)
 		}

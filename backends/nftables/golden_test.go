@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -71,7 +72,7 @@ func offlineBackend(opts Options) *table {
 }
 
 func TestGoldenFullSync(t *testing.T) {
-	b := offlineBackend(Options{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}})
+	b := offlineBackend(Options{Common: backends.Common{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}})
 	p := testPlan(
 		svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 0, ep("10.244.0.11", 8080, 1), ep("10.244.0.12", 8080, 1)),
 		svc("default", "canary", "", plan.TCP, "10.96.0.12", 80, 30080, ep("10.244.0.11", 8080, 3), ep("10.244.0.13", 8080, 1)),
@@ -101,7 +102,7 @@ func TestGoldenRefill(t *testing.T) {
 }
 
 func TestGoldenPartialSync(t *testing.T) {
-	b := offlineBackend(Options{MasqueradeAll: true})
+	b := offlineBackend(Options{Common: backends.Common{MasqueradeAll: true}})
 	web := svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 0, ep("10.244.0.11", 8080, 1), ep("10.244.0.12", 8080, 1))
 	other := svc("default", "other", "http", plan.TCP, "10.96.0.11", 80, 0, ep("10.244.0.13", 8080, 1), ep("10.244.0.14", 8080, 1))
 	p := testPlan(web, other)
@@ -162,8 +163,8 @@ func TestBucketsFollowWeights(t *testing.T) {
 
 // TestGoldenIPv6 renders the ip6 table of a dual-stack plan.
 func TestGoldenIPv6(t *testing.T) {
-	tb := newTables(Options{Table: "weir", ClusterCIDRs: []netip.Prefix{
-		netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}})[1]
+	tb := newTables(Options{Common: backends.Common{ClusterCIDRs: []netip.Prefix{
+		netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}}, Table: "weir"})[1]
 	web := svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 30080,
 		ep("10.244.0.11", 8080, 1), ep("fd00:10:244::11", 8080, 1), ep("fd00:10:244::12", 8080, 1))
 	web.ClusterIPs = append(web.ClusterIPs, netip.MustParseAddr("fd00:10:96::10"))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -86,7 +87,7 @@ func TestKernelHairpin(t *testing.T) {
 }
 
 func TestKernelMasqueradeByClusterCIDRs(t *testing.T) {
-	topo, b := newCluster(t, Options{ClusterCIDRs: []netip.Prefix{topo0PodCIDR}})
+	topo, b := newCluster(t, Options{Common: backends.Common{ClusterCIDRs: []netip.Prefix{topo0PodCIDR}}})
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podB, 1))
 	mustSync(t, b, testPlan(web), nil)
 	addr := netip.AddrPortFrom(vip, 80)
@@ -352,11 +353,11 @@ func TestKernelLoadBalancerSourceRanges(t *testing.T) {
 }
 
 func TestKernelLocalDetectors(t *testing.T) {
-	for _, mode := range []LocalDetector{DetectNodeCIDR, DetectInterfaceNamePrefix} {
+	for _, mode := range []backends.LocalDetector{backends.DetectNodeCIDR, backends.DetectInterfaceNamePrefix} {
 		t.Run(string(mode), func(t *testing.T) {
 			topo, _ := newCluster(t, Options{})
-			opts := Options{NetNS: topo.Node.Fd(), LocalDetector: mode,
-				PodInterfacePrefix: strings.TrimRight(topo.Pods["pod-a"].Link, "0123456789")}
+			opts := Options{Common: backends.Common{NetNS: topo.Node.Fd(), LocalDetector: mode,
+				PodInterfacePrefix: strings.TrimRight(topo.Pods["pod-a"].Link, "0123456789")}}
 			b, err := New(opts)
 			if err != nil {
 				t.Fatal(err)
@@ -378,7 +379,7 @@ func TestKernelLocalDetectors(t *testing.T) {
 
 func TestKernelLocalhostNodePort(t *testing.T) {
 	topo, _ := newCluster(t, Options{})
-	b, err := New(Options{NetNS: topo.Node.Fd(), LocalhostNodePorts: true})
+	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd(), LocalhostNodePorts: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +395,7 @@ func TestKernelLocalhostNodePort(t *testing.T) {
 
 func TestKernelNodePortPrimaryAddresses(t *testing.T) {
 	topo, _ := newCluster(t, Options{})
-	b, err := New(Options{NetNS: topo.Node.Fd(), NodePortPrimary: true})
+	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd(), NodePortPrimary: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +430,7 @@ func TestKernelDualStack(t *testing.T) {
 		{Name: "pod-a", IP: podA, IP6: pod6(0x11), Ports: []uint16{podPort}},
 		{Name: "pod-b", IP: podB, IP6: pod6(0x12), Ports: []uint16{podPort}},
 	}})
-	b, err := New(Options{NetNS: topo.Node.Fd()})
+	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd()}})
 	if err != nil {
 		t.Fatal(err)
 	}

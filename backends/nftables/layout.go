@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/weirproxy/weir/backends"
 )
 
 // The layout, chosen for the kernel's cost (DESIGN §6): no per-service chains
@@ -175,7 +176,7 @@ func (l *layout) cidrSets(t *txn) {
 		l.addSet(t, s)
 		t.addElems(s, prefixElements(l.opts.ClusterCIDRs)...)
 	}
-	if l.opts.LocalDetector == DetectNodeCIDR {
+	if l.opts.LocalDetector == backends.DetectNodeCIDR {
 		l.addSet(t, l.intervalSet(setPodCIDRs))
 	}
 	if l.opts.NodePortPrimary || l.noNodePorts {
@@ -316,12 +317,12 @@ func (l *layout) clusterMasqueradeRule() *rule {
 	switch {
 	case l.opts.MasqueradeAll:
 		return &rule{text: markText, exprs: mark}
-	case l.opts.LocalDetector == DetectNodeCIDR:
+	case l.opts.LocalDetector == backends.DetectNodeCIDR:
 		return &rule{
 			text:  fmt.Sprintf("ip saddr != @%s %s", setPodCIDRs, markText),
 			exprs: append([]expr.Any{l.fam.loadSaddr(regKey), lookup(regKey, setPodCIDRs, true)}, mark...),
 		}
-	case l.opts.LocalDetector == DetectInterfaceNamePrefix:
+	case l.opts.LocalDetector == backends.DetectInterfaceNamePrefix:
 		return &rule{
 			text:  fmt.Sprintf("iifname != %q %s", l.opts.PodInterfacePrefix+"*", markText),
 			exprs: append(iifnameNotPrefix(l.opts.PodInterfacePrefix), mark...),

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/weirproxy/weir/backends"
 )
 
 // Traffic from this node or from its pods to the external addresses (node
@@ -48,9 +49,9 @@ func (l *layout) shortCircuitRules(t *txn, c *nftables.Chain) {
 // from this cluster's pods; nil when there is no detector.
 func (l *layout) podSource() (string, []expr.Any) {
 	switch {
-	case l.opts.LocalDetector == DetectNodeCIDR:
+	case l.opts.LocalDetector == backends.DetectNodeCIDR:
 		return "ip saddr @" + setPodCIDRs + " ", []expr.Any{l.fam.loadSaddr(regKey), lookup(regKey, setPodCIDRs, false)}
-	case l.opts.LocalDetector == DetectInterfaceNamePrefix:
+	case l.opts.LocalDetector == backends.DetectInterfaceNamePrefix:
 		return fmt.Sprintf("iifname %q ", l.opts.PodInterfacePrefix+"*"), iifnamePrefix(l.opts.PodInterfacePrefix)
 	case len(l.opts.ClusterCIDRs) > 0:
 		return "ip saddr @" + setClusterCIDRs + " ", []expr.Any{l.fam.loadSaddr(regKey), lookup(regKey, setClusterCIDRs, false)}

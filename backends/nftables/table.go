@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/google/nftables"
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -96,7 +97,7 @@ func (tb *table) partialTxn(p *plan.Plan, changed []plan.Key) (*txn, *changes) {
 // (nodePortAddresses primary), of the table's family.
 func (tb *table) writeNodeSets(t *txn, c *changes, p *plan.Plan, full bool) {
 	opts, f := tb.layout.opts, tb.layout.fam
-	if opts.LocalDetector == DetectNodeCIDR {
+	if opts.LocalDetector == backends.DetectNodeCIDR {
 		c.podCIDRs = prefixesOf(f, p.Node.PodCIDRs)
 		tb.refillSet(t, setPodCIDRs, c.podCIDRs, c.base.podCIDRs, full)
 	}

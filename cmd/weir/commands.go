@@ -83,32 +83,22 @@ type closingBackend interface {
 
 func newBackend(env *environment) (closingBackend, error) {
 	cfg := env.cfg
+	common := backends.Common{
+		ClusterCIDRs:  cfg.ClusterCIDRs,
+		MasqueradeAll: cfg.MasqueradeAll,
+		LocalDetector: backends.LocalDetector(cfg.LocalDetector.Mode),
+		// Named like kube-proxy's --pod-interface-name-prefix.
+		PodInterfacePrefix: cfg.LocalDetector.InterfaceNamePrefix,
+		NodePortCIDRs:      cfg.NodePortAddresses.CIDRs,
+		NodePortPrimary:    cfg.NodePortAddresses.Primary,
+		LocalhostNodePorts: cfg.LocalhostNodePorts,
+		Log:                env.log,
+	}
 	switch cfg.Mode {
 	case "nftables":
-		return nftables.New(nftables.Options{
-			Table:         cfg.NFTables.Table,
-			ClusterCIDRs:  cfg.ClusterCIDRs,
-			MasqueradeAll: cfg.MasqueradeAll,
-			LocalDetector: nftables.LocalDetector(cfg.LocalDetector.Mode),
-			// Named like kube-proxy's --pod-interface-name-prefix.
-			PodInterfacePrefix: cfg.LocalDetector.InterfaceNamePrefix,
-			NodePortCIDRs:      cfg.NodePortAddresses.CIDRs,
-			NodePortPrimary:    cfg.NodePortAddresses.Primary,
-			LocalhostNodePorts: cfg.LocalhostNodePorts,
-			Log:                env.log,
-		})
+		return nftables.New(nftables.Options{Common: common, Table: cfg.NFTables.Table})
 	case "iptables":
-		be, err := iptables.New(iptables.Options{
-			Flavour:            cfg.IPTables.Backend,
-			ClusterCIDRs:       cfg.ClusterCIDRs,
-			MasqueradeAll:      cfg.MasqueradeAll,
-			LocalDetector:      iptables.LocalDetector(cfg.LocalDetector.Mode),
-			PodInterfacePrefix: cfg.LocalDetector.InterfaceNamePrefix,
-			NodePortCIDRs:      cfg.NodePortAddresses.CIDRs,
-			NodePortPrimary:    cfg.NodePortAddresses.Primary,
-			LocalhostNodePorts: cfg.LocalhostNodePorts,
-			Log:                env.log,
-		})
+		be, err := iptables.New(iptables.Options{Common: common, Flavour: cfg.IPTables.Backend})
 		if err != nil {
 			return nil, err
 		}
