@@ -2,75 +2,19 @@ package iptables
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
-	"os"
-	"runtime"
 	"testing"
 	"time"
 
-	vnetns "github.com/vishvananda/netns"
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/backends/internal/benchkit"
 	"github.com/weirproxy/weir/sdk/plan"
 )
-
-// benchNetNS creates an empty network namespace and removes it when owner
-// ends; b is the running benchmark.
-func benchNetNS(b *testing.B, owner *testing.B) int {
-	b.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			b.Fatal("needs root: creates a network namespace (CI=true: kernel benchmarks must run)")
-		}
-		b.Skip("needs root: creates a network namespace")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := vnetns.Get()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer orig.Close()
-	name := fmt.Sprintf("weir-ipt-bench-%d-%d", os.Getpid(), time.Now().UnixNano())
-	ns, err := vnetns.NewNamed(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := vnetns.Set(orig); err != nil {
-		b.Fatal(err)
-	}
-	owner.Cleanup(func() { ns.Close(); vnetns.DeleteNamed(name) })
-	return int(ns)
-}
-
-// benchPlan returns n services with eps endpoints each; the first 2700 have
-// node ports.
-func benchPlan(n, eps int) *plan.Plan {
-	p := &plan.Plan{Services: make(map[plan.Key]*plan.Service, n)}
-	for i := range n {
-		s := &plan.Service{
-			Key:        plan.Key{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i), Port: "http", Protocol: plan.TCP},
-			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96 + byte(i>>16), byte(i >> 8), byte(i)})},
-			Port:       80,
-		}
-		if i < 2700 {
-			s.NodePort = uint16(30000 + i)
-		}
-		for j := range eps {
-			s.Endpoints = append(s.Endpoints, plan.Endpoint{
-				Address: netip.AddrFrom4([4]byte{10, 128 + byte(i>>12), byte(i >> 4), byte(i<<4) + byte(j)}),
-				Port:    8080, Ready: true, Serving: true, ForCluster: true, Weight: 1,
-			})
-		}
-		p.Services[s.Key] = s
-	}
-	return p
-}
 
 // benchLoaded returns a backend of flavour fl holding plan p in a fresh
 // namespace that lives as long as owner; b is the running benchmark.
 func benchLoaded(b, owner *testing.B, fl string, p *plan.Plan) *Backend {
-	be, err := New(Options{Common: backends.Common{NetNS: benchNetNS(b, owner)}, Flavour: fl})
+	be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, owner)}, Flavour: fl})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,8 +39,8 @@ func BenchmarkSync10k(b *testing.B) {
 			fb.Run("cold", func(b *testing.B) {
 				for range b.N {
 					b.StopTimer()
-					p := benchPlan(10000, 10)
-					be, err := New(Options{Common: backends.Common{NetNS: benchNetNS(b, b)}, Flavour: fl})
+					p := benchkit.Plan(10000, 10, 1)
+					be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, b)}, Flavour: fl})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -107,7 +51,7 @@ func BenchmarkSync10k(b *testing.B) {
 				}
 			})
 			var be *Backend
-			p := benchPlan(10000, 10)
+			p := benchkit.Plan(10000, 10, 1)
 			loaded := func(b *testing.B) *Backend {
 				if be == nil {
 					be = benchLoaded(b, fb, fl, p)

@@ -1,45 +1,21 @@
 package iptables
 
 import (
-	"fmt"
 	"net/netip"
 	"runtime"
 	"testing"
 
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/backends/internal/benchkit"
 	"github.com/weirproxy/weir/sdk/plan"
 )
-
-// renderBenchPlan returns n services with eps endpoints each; every tenth
-// has a node port.
-func renderBenchPlan(n, eps int) *plan.Plan {
-	p := &plan.Plan{Services: make(map[plan.Key]*plan.Service, n)}
-	for i := range n {
-		s := &plan.Service{
-			Key:        plan.Key{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i), Port: "http", Protocol: plan.TCP},
-			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96 + byte(i>>16), byte(i >> 8), byte(i)})},
-			Port:       80,
-		}
-		if i%10 == 0 {
-			s.NodePort = uint16(30000 + i/10)
-		}
-		for j := range eps {
-			s.Endpoints = append(s.Endpoints, plan.Endpoint{
-				Address: netip.AddrFrom4([4]byte{10, 128 + byte(i>>12), byte(i >> 4), byte(i<<4) + byte(j)}),
-				Port:    8080, Ready: true, Serving: true, ForCluster: true, Weight: 1,
-			})
-		}
-		p.Services[s.Key] = s
-	}
-	return p
-}
 
 var renderBenchOptions = &Options{Common: backends.Common{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/9")}}}
 
 // BenchmarkRenderFull10k renders 10k services × 10 endpoints in full; it
 // reports the restore text size and the heap the written state keeps.
 func BenchmarkRenderFull10k(b *testing.B) {
-	p := renderBenchPlan(10000, 10)
+	p := benchkit.Plan(10000, 10, 10)
 	state := writtenMB(p)
 	var r restore
 	for b.Loop() {
@@ -64,7 +40,7 @@ func writtenMB(p *plan.Plan) float64 {
 // BenchmarkRenderPartial10k renders one changed endpoint of one service of
 // 10k × 10, each iteration on top of the previous one's state.
 func BenchmarkRenderPartial10k(b *testing.B) {
-	p := renderBenchPlan(10000, 10)
+	p := benchkit.Plan(10000, 10, 10)
 	_, prev := renderFull(ipv4, p, renderBenchOptions, nil)
 	keys := p.Keys()
 	i := 0

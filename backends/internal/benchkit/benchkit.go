@@ -1,0 +1,74 @@
+// Package benchkit holds what the backends' scale benchmarks share: an empty
+// network namespace to program and a plan of many services.
+package benchkit
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	vnetns "github.com/vishvananda/netns"
+
+	"github.com/weirproxy/weir/sdk/plan"
+	"github.com/weirproxy/weir/test/netns"
+)
+
+// NetNS creates an empty network namespace and returns a file descriptor of
+// it; the namespace is removed when owner ends, and b is the running
+// benchmark. Without root it skips b, or fails it under CI=true (see
+// netns.RequireRoot).
+func NetNS(b, owner *testing.B) int {
+	b.Helper()
+	netns.RequireRoot(b)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := vnetns.Get()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer orig.Close()
+	// The pid and the clock keep parallel runs and sub-benchmarks apart.
+	name := fmt.Sprintf("weir-bench-%d-%d", os.Getpid(), time.Now().UnixNano())
+	ns, err := vnetns.NewNamed(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := vnetns.Set(orig); err != nil {
+		b.Fatal(err)
+	}
+	owner.Cleanup(func() { ns.Close(); vnetns.DeleteNamed(name) })
+	return int(ns)
+}
+
+// maxNodePorts caps the node ports of a Plan, keeping them inside
+// Kubernetes's default range 30000-32767.
+const maxNodePorts = 2700
+
+// Plan returns n TCP services bench/svc-0, bench/svc-1, ... on port 80, with
+// eps ready endpoints each on port 8080. Every nodePortEvery-th service, up
+// to 2700 of them, has a node port, numbered from 30000; with nodePortEvery
+// 0 none has.
+func Plan(n, eps, nodePortEvery int) *plan.Plan {
+	p := &plan.Plan{Services: make(map[plan.Key]*plan.Service, n)}
+	for i := range n {
+		s := &plan.Service{
+			Key:        plan.Key{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i), Port: "http", Protocol: plan.TCP},
+			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96 + byte(i>>16), byte(i >> 8), byte(i)})},
+			Port:       80,
+		}
+		if nodePortEvery > 0 && i%nodePortEvery == 0 && i/nodePortEvery < maxNodePorts {
+			s.NodePort = uint16(30000 + i/nodePortEvery)
+		}
+		for j := range eps {
+			s.Endpoints = append(s.Endpoints, plan.Endpoint{
+				Address: netip.AddrFrom4([4]byte{10, 128 + byte(i>>12), byte(i >> 4), byte(i<<4) + byte(j)}),
+				Port:    8080, Ready: true, Serving: true, ForCluster: true, Weight: 1,
+			})
+		}
+		p.Services[s.Key] = s
+	}
+	return p
+}
