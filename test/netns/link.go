@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -113,10 +114,16 @@ func waitReady(ns *Namespace, name string) error {
 			state := "operationally " + l.Attrs().OperState.String()
 			if l.Attrs().OperState == netlink.OperUp {
 				addrs, err := h.AddrList(l, netlink.FAMILY_V6)
-				if err != nil {
+				switch {
+				case errors.Is(err, unix.EINTR):
+					// The kernel interrupts a dump that other changes (tests in
+					// parallel) overlap; the next tick asks again.
+					addrs, state = nil, "listed while addresses changed"
+				case err != nil:
 					return fmt.Errorf("addresses of %s: %w", name, err)
+				default:
+					state = ""
 				}
-				state = ""
 				for _, a := range addrs {
 					if a.Flags&unix.IFA_F_DADFAILED != 0 {
 						return fmt.Errorf("%s in %s: duplicate address detection failed for %s", name, ns.Name, a.IPNet)
