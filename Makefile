@@ -11,7 +11,7 @@ PKGS      := ./...
 GO_PLUGINS := canary zone-preference drain affinity
 RUSTC      ?= /usr/bin/rustc
 
-.PHONY: all build plugins test test-unit test-kernel demo bench lint clean
+.PHONY: all build plugins test test-vm vm-tools demo bench lint clean
 
 all: build
 
@@ -33,10 +33,37 @@ $(BIN)/plugins/local-boost.wasm: plugins/local-boost/src/lib.rs
 
 FORCE:
 
-## test: lint, then every test of both modules (kernel tests need root; under CI=true they never skip)
-test: lint plugins
+## test: lint, then every test of both modules (kernel tests need root; under CI=true they never skip), then test-vm
+test: lint plugins vm-tools
 	$(GO) test -count=1 -race $(PKGS)
 	cd sdk && $(GO) test -count=1 -race ./...
+	$(MAKE) test-vm
+
+# The modules the nftables backend's kernel tests load in the VM.
+NFT_MODULES := nf_tables,nf_conntrack,nf_nat,nft_chain_nat,nft_ct,nft_fib_inet,nft_fib_ipv4,nft_fib_ipv6,nft_numgen,nft_reject_inet,nft_masq,veth
+
+comma := ,
+space := $(subst ,, )
+
+# The modules and host programs the iptables backend's kernel tests need in
+# the VM: both flavours' tools for both families, their extensions, ip.
+IPT_MODULES := ip_tables,iptable_nat,iptable_filter,ip6_tables,ip6table_nat,ip6table_filter,nf_tables,nft_compat,nft_chain_nat,nf_nat,nf_conntrack,xt_comment,xt_statistic,xt_recent,xt_mark,xt_conntrack,xt_addrtype,xt_tcpudp,xt_MASQUERADE,xt_nat,ipt_REJECT,ip6t_REJECT,xt_multiport,veth
+IPT_TOOLS   := $(foreach t,iptables ip6tables,$(foreach f,legacy nft,$(foreach s,- -restore -save,/usr/sbin/$(t)-$(f)$(patsubst -,,$(s)))))
+IPT_FILES   := $(subst $(space),$(comma),$(IPT_TOOLS) /usr/lib/x86_64-linux-gnu/xtables /usr/sbin/ip)
+
+## test-vm: as root, the backends' kernel tests again inside a VM booting Debian 12's LTS kernel (test/vm; the kernel package is cached in ~/.cache/weir-vm)
+test-vm: vm-tools
+	@mkdir -p $(BIN)/vm
+	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/vm/nftables.test ./backends/nftables/
+	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/vm/iptables.test ./backends/iptables/
+	$(GO) run ./hack/vmtest --modules $(NFT_MODULES) $(BIN)/vm/nftables.test -test.run 'TestKernel|TestConformance' -test.v
+	$(GO) run ./hack/vmtest --modules $(IPT_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/iptables.test -test.run 'TestKernel|TestConformance' -test.v
+
+## vm-tools: installs QEMU and a static busybox for the VM tests when missing (Debian)
+vm-tools:
+	@command -v qemu-system-x86_64 >/dev/null && command -v busybox >/dev/null || \
+	  { echo "installing qemu-system-x86 and busybox-static for the VM tests"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 busybox-static >/dev/null; }
 
 ## demo: as root, a three-pod "cluster" in network namespaces served by weir run
 demo: build
