@@ -195,9 +195,6 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error)
 		}
 		existing := mergeChains(fam.stray, chainsOf(fam.last))
 		r, w := renderFull(fam.f, p, &b.opts, existing)
-		if b.fl.name == flavourNFT {
-			r.NAT = listFirst(r.NAT)
-		}
 		if err := b.apply(ctx, fam, r, &st); err != nil {
 			fam.stray = mergeChains(fam.stray, chainsOf(w))
 			errs = append(errs, err)
@@ -225,7 +222,8 @@ func (b *Backend) partialSync(ctx context.Context, p *plan.Plan, changed []plan.
 }
 
 // listFirst puts -S (list the table) first in a restore text, for
-// iptables-nft full syncs. iptables-nft 1.8 keeps every chain a restore
+// iptables-nft renders of everything (full syncs, and partial syncs that a
+// node change turns into one). iptables-nft 1.8 keeps every chain a restore
 // names in a sorted linked list and fetches them one by one: quadratic in
 // the text's size (a nat text of 10k services took 224 s into an empty
 // table, longer over a full one). A command naming no chain makes it fetch
@@ -249,6 +247,9 @@ const listLine = "-S\n"
 // nat restore leaves the old translations serving. Each restore is atomic
 // per table; a text without rules is not run.
 func (b *Backend) apply(ctx context.Context, fam *family, r restore, st *syncStats) error {
+	if r.Full && b.fl.name == flavourNFT {
+		r.NAT = listFirst(r.NAT)
+	}
 	for _, t := range []struct {
 		text []byte
 		size *int

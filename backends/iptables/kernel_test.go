@@ -439,13 +439,15 @@ func TestKernelFullSyncRestoresJumps(t *testing.T) {
 }
 
 // TestKernelNFTListsFirst checks that every iptables-nft nat restore that
-// rewrites everything starts with -S and partial ones do not; and that when
+// rewrites everything (a full sync, a partial one new podCIDRs widen)
+// starts with -S and other partial ones do not; and that when
 // iptables-restore dies of a signal with the listing (a stand-in script
 // here), the sync retries without it and succeeds.
 func TestKernelNFTListsFirst(t *testing.T) {
 	topo := ktTopology(t)
 	// Every full sync rewrites: none reconciles.
-	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd()}, Flavour: flavourNFT, RewritePeriod: time.Nanosecond})
+	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd(), LocalDetector: backends.DetectNodeCIDR},
+		Flavour: flavourNFT, RewritePeriod: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,8 +474,12 @@ func TestKernelNFTListsFirst(t *testing.T) {
 	ktSync(t, b, ktPlan(web), []plan.Key{web.Key})
 	netns.WantPods(t, "after a partial sync", netns.DialMany(t, topo.Client, addr, 3), "pod-b")
 	ktSync(t, b, ktPlan(web), nil)
-	if !slices.Equal(listed, []bool{true, false, true}) {
-		t.Errorf("nat restores starting with -S: %v, want [true false true] (full syncs only)", listed)
+	// New podCIDRs change every service's rules: a partial sync renders all.
+	p := ktPlan(web)
+	p.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}
+	ktSync(t, b, p, []plan.Key{})
+	if !slices.Equal(listed, []bool{true, false, true, true}) {
+		t.Errorf("nat restores starting with -S: %v, want [true false true true] (renders of everything only)", listed)
 	}
 }
 

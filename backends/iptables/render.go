@@ -11,7 +11,12 @@ import (
 
 // restore is the text for one iptables-restore --noflush run per table. A
 // nil table has nothing to change and needs no run.
-type restore struct{ Filter, NAT []byte }
+type restore struct {
+	Filter, NAT []byte
+	// Full is set on a render of everything (renderFull), which
+	// iptables-nft needs to be told about: see listFirst.
+	Full bool
+}
 
 // The masquerade mark, kube-proxy's: KUBE-MARK-MASQ sets it and
 // KUBE-POSTROUTING masquerades what carries it. unmarkMasq clears it.
@@ -184,7 +189,7 @@ func renderFull(f ipFamily, p *plan.Plan, o *Options, existing map[string][]stri
 	nat := make([]byte, 0, 256+40*len(chains)+len(natBody)+20*len(natOrphans)+8)
 	nat = declare(declare(append(nat, "*nat\n"...), natChains...), chains...)
 	nat = deleteChains(append(nat, natBody...), natOrphans)
-	return restore{Filter: append(filter, "COMMIT\n"...), NAT: append(nat, "COMMIT\n"...)}, w
+	return restore{Filter: append(filter, "COMMIT\n"...), NAT: append(nat, "COMMIT\n"...), Full: true}, w
 }
 
 // largeClusterEndpoints is kube-proxy's threshold of endpoints (in one
