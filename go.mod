@@ -18,7 +18,12 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/coreos/go-iptables v0.8.0
+require (
+	github.com/coreos/go-iptables v0.8.0
+	github.com/moby/ipvs v1.1.0
+)
+
+require github.com/sirupsen/logrus v1.9.0 // indirect
 
 require (
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
