@@ -1,0 +1,174 @@
+// Package ipvs programs Weir's plan into the kernel's IP Virtual Server
+// (github.com/moby/ipvs over generic netlink).
+//
+// Every cluster, external and load-balancer IP sits as a host address on a
+// dummy interface (default "weir-ipvs0"), so the node accepts its packets;
+// each of those addresses, and each node-port address, gets one NAT
+// virtual server per service port whose real servers are the plan's
+// endpoints for that traffic, with the plan's weights.
+//
+// The backend remembers what it programmed. A partial sync sends only the
+// changes of the changed services and reads nothing back; a full sync
+// reads Weir's virtual servers back from the kernel, removes strays and
+// repairs drift. IPVS has no transactions: a failed sync may leave part of
+// its changes applied, and the next sync, always a full one, converges.
+//
+// A TCP real server that is no longer wanted is first set to weight 0 and
+// deleted once the kernel counts no connections for it, or after
+// Options.GracePeriod; a background loop checks every second while any
+// real server drains.
+//
+// Phase 1 has no ipset or iptables helper rules: no masquerading, source
+// ranges or Local-policy drops yet.
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/moby/ipvs"
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+	"github.com/weirproxy/weir/sdk/plan"
+)
+
+// Backend is the IPVS backend. It is safe for one caller at a time; its
+// background graceful-termination loop takes the same lock.
+type Backend struct {
+	mu   sync.Mutex
+	opts Options
+	log  *slog.Logger
+	ipvs ipvsConn
+	nl   *netlink.Handle
+	now  func() time.Time
+
+	// synced is false until a sync succeeds and after any sync fails: the
+	// next sync is then full.
+	synced bool
+	// programmed is what the backend believes the kernel holds, for every
+	// virtual server it manages.
+	programmed map[vsKey]*virtualServer
+	// services is the state last applied for each plan service, and owner
+	// the service each virtual server belongs to.
+	services map[plan.Key]*serviceState
+	owner    map[vsKey]plan.Key
+	// addrRefs counts the services using each address on the interface.
+	addrRefs map[netip.Addr]int
+	// nodePorts are the addresses node ports use; nodeAddrs the plan
+	// node's addresses they were picked with.
+	nodePorts []netip.Addr
+	nodeAddrs []netip.Addr
+
+	stop, done chan struct{}
+}
+
+// New returns a backend for the network namespace in opts, after checking
+// opts. It starts the graceful-termination loop; Close stops it.
+func New(opts Options) (*Backend, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	nl, err := netlinkHandle(opts.NetNS)
+	if err != nil {
+		return nil, err
+	}
+	path := ""
+	if opts.NetNS != 0 {
+		path = fmt.Sprintf("/proc/self/fd/%d", opts.NetNS)
+	}
+	h, err := ipvs.New(path)
+	if err != nil {
+		nl.Close()
+		return nil, fmt.Errorf("ipvs: open generic netlink socket: %w", err)
+	}
+	b := &Backend{opts: opts, log: opts.Logger(), ipvs: h, nl: nl, now: time.Now,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	b.reset()
+	go b.drainLoop(b.stop, b.done)
+	return b, nil
+}
+
+func netlinkHandle(fd int) (*netlink.Handle, error) {
+	var h *netlink.Handle
+	var err error
+	if fd == 0 {
+		h, err = netlink.NewHandle()
+	} else {
+		h, err = netlink.NewHandleAt(vnetns.NsHandle(fd))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ipvs: open rtnetlink socket: %w", err)
+	}
+	return h, nil
+}
+
+// reset forgets everything programmed.
+func (b *Backend) reset() {
+	b.synced = false
+	b.programmed = map[vsKey]*virtualServer{}
+	b.services = map[plan.Key]*serviceState{}
+	b.owner = map[vsKey]plan.Key{}
+	b.addrRefs = map[netip.Addr]int{}
+	b.nodePorts, b.nodeAddrs = nil, nil
+}
+
+// Sync makes the kernel match p; see backends.Backend.
+func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var err error
+	if changed == nil || !b.synced || b.nodeChanged(p) {
+		err = b.fullSync(p)
+	} else {
+		err = b.partialSync(p, changed)
+	}
+	b.synced = err == nil
+	return err
+}
+
+// Cleanup removes every virtual server on an address of Weir's interface
+// or on a node-port address, and the interface. Without a successful sync
+// since New, the node-port addresses are the local addresses inside
+// NodePortCIDRs, or all of them.
+func (b *Backend) Cleanup(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ours, link, err := b.cleanupScope()
+	if err != nil {
+		return err
+	}
+	kernel, err := readKernel(b.ipvs, ours)
+	if err != nil {
+		return err
+	}
+	for k := range kernel {
+		if err := ignoreGone(b.ipvs.DelService(toService(k, nil))); err != nil {
+			return fmt.Errorf("ipvs: delete virtual server %s: %w", k, err)
+		}
+	}
+	if link != nil {
+		if err := b.nl.LinkDel(link); err != nil {
+			return fmt.Errorf("ipvs: delete interface %s: %w", b.opts.Interface, err)
+		}
+	}
+	b.reset()
+	return nil
+}
+
+// Close stops the graceful-termination loop and releases the sockets.
+// Draining real servers stay at weight 0.
+func (b *Backend) Close() error {
+	close(b.stop)
+	<-b.done
+	b.ipvs.Close()
+	b.nl.Close()
+	return nil
+}

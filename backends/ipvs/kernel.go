@@ -1,0 +1,206 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/moby/ipvs"
+	"github.com/weirproxy/weir/sdk/plan"
+	"golang.org/x/sys/unix"
+)
+
+// IPVS service flags (include/uapi/linux/ip_vs.h).
+const flagPersistent = 0x0001
+
+// ipvsConn is the part of *ipvs.Handle the backend uses.
+type ipvsConn interface {
+	NewService(*ipvs.Service) error
+	UpdateService(*ipvs.Service) error
+	DelService(*ipvs.Service) error
+	GetServices() ([]*ipvs.Service, error)
+	NewDestination(*ipvs.Service, *ipvs.Destination) error
+	UpdateDestination(*ipvs.Service, *ipvs.Destination) error
+	DelDestination(*ipvs.Service, *ipvs.Destination) error
+	GetDestinations(*ipvs.Service) ([]*ipvs.Destination, error)
+	Close()
+}
+
+// protoNumber returns the IP protocol number of p, or 0 when IPVS cannot
+// balance it.
+func protoNumber(p plan.Protocol) uint16 {
+	switch p {
+	case plan.TCP:
+		return unix.IPPROTO_TCP
+	case plan.UDP:
+		return unix.IPPROTO_UDP
+	case plan.SCTP:
+		return unix.IPPROTO_SCTP
+	}
+	return 0
+}
+
+func protoOf(n uint16) (plan.Protocol, bool) {
+	for _, p := range []plan.Protocol{plan.TCP, plan.UDP, plan.SCTP} {
+		if protoNumber(p) == n {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+func family(a netip.Addr) uint16 {
+	if a.Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
+}
+
+// toService returns the netlink form of a virtual server; vs may be nil
+// when only the key matters (deletes, dumps).
+func toService(k vsKey, vs *virtualServer) *ipvs.Service {
+	s := &ipvs.Service{Address: k.addr.AsSlice(), Protocol: protoNumber(k.proto), Port: k.port,
+		AddressFamily: family(k.addr), Netmask: 0xffffffff}
+	if k.addr.Is6() {
+		s.Netmask = 128 // a prefix length for IPv6
+	}
+	if vs != nil {
+		s.SchedName = vs.scheduler
+		if vs.persistence > 0 {
+			s.Flags, s.Timeout = flagPersistent, vs.persistence
+		}
+	}
+	return s
+}
+
+// fromService returns the key and settings of a kernel virtual server;
+// false for ones Weir never makes (firewall marks, other protocols).
+func fromService(s *ipvs.Service) (vsKey, *virtualServer, bool) {
+	a, ok := netip.AddrFromSlice(s.Address)
+	proto, known := protoOf(s.Protocol)
+	if !ok || !known || s.FWMark != 0 {
+		return vsKey{}, nil, false
+	}
+	a = a.Unmap()
+	if s.AddressFamily == unix.AF_INET6 {
+		a = netip.AddrFrom16(a.As16())
+	}
+	var persistence uint32
+	if s.Flags&flagPersistent != 0 {
+		persistence = s.Timeout
+	}
+	return vsKey{addr: a, proto: proto, port: s.Port}, newVirtualServer(s.SchedName, persistence), true
+}
+
+func toDestination(a netip.AddrPort, weight int32) *ipvs.Destination {
+	return &ipvs.Destination{Address: a.Addr().AsSlice(), Port: a.Port(), Weight: int(weight),
+		ConnectionFlags: ipvs.ConnectionFlagMasq, AddressFamily: family(a.Addr())}
+}
+
+func fromDestination(d *ipvs.Destination) (netip.AddrPort, bool) {
+	a, ok := netip.AddrFromSlice(d.Address)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	if d.AddressFamily == unix.AF_INET {
+		a = a.Unmap()
+	} else {
+		a = netip.AddrFrom16(a.As16())
+	}
+	return netip.AddrPortFrom(a, d.Port), true
+}
+
+// readKernel dumps the kernel's virtual servers for which ours is true,
+// with their real servers.
+func readKernel(c ipvsConn, ours func(vsKey) bool) (map[vsKey]*virtualServer, error) {
+	svcs, err := c.GetServices()
+	if err != nil {
+		return nil, fmt.Errorf("ipvs: list virtual servers: %w", err)
+	}
+	out := map[vsKey]*virtualServer{}
+	for _, s := range svcs {
+		k, vs, ok := fromService(s)
+		if !ok || !ours(k) {
+			continue
+		}
+		dests, err := c.GetDestinations(s)
+		if err != nil {
+			return nil, fmt.Errorf("ipvs: list real servers of virtual server %s: %w", k, err)
+		}
+		for _, d := range dests {
+			if a, ok := fromDestination(d); ok {
+				vs.reals[a] = int32(d.Weight)
+			}
+		}
+		out[k] = vs
+	}
+	return out, nil
+}
+
+// apply sends one op to the kernel and, when it succeeded, records it in
+// programmed. Adding what exists updates it; deleting what is gone is
+// not an error, so a memory that drifted from the kernel converges.
+func apply(c ipvsConn, programmed map[vsKey]*virtualServer, o op, now time.Time) error {
+	if err := send(c, programmed[o.key], o); err != nil {
+		return err
+	}
+	vs := programmed[o.key]
+	switch o.kind {
+	case opAddVS:
+		programmed[o.key] = newVirtualServer(o.vs.scheduler, o.vs.persistence)
+	case opUpdateVS:
+		vs.scheduler, vs.persistence = o.vs.scheduler, o.vs.persistence
+	case opDelVS:
+		delete(programmed, o.key)
+	case opAddRS, opUpdateRS:
+		vs.reals[o.real] = o.weight
+		delete(vs.draining, o.real)
+	case opDrainRS:
+		vs.reals[o.real] = 0
+		vs.draining[o.real] = now
+	case opDelRS:
+		delete(vs.reals, o.real)
+		delete(vs.draining, o.real)
+	}
+	return nil
+}
+
+// send performs one op over netlink; cur is the programmed virtual server
+// (nil for opAddVS).
+func send(c ipvsConn, cur *virtualServer, o op) error {
+	var err error
+	svc := toService(o.key, cur)
+	dst := toDestination(o.real, o.weight)
+	switch o.kind {
+	case opAddVS:
+		svc = toService(o.key, o.vs)
+		if err = c.NewService(svc); errors.Is(err, unix.EEXIST) {
+			err = c.UpdateService(svc)
+		}
+	case opUpdateVS:
+		err = c.UpdateService(toService(o.key, o.vs))
+	case opDelVS:
+		err = ignoreGone(c.DelService(svc))
+	case opAddRS:
+		if err = c.NewDestination(svc, dst); errors.Is(err, unix.EEXIST) {
+			err = c.UpdateDestination(svc, dst)
+		}
+	case opUpdateRS, opDrainRS:
+		err = c.UpdateDestination(svc, dst)
+	case opDelRS:
+		err = ignoreGone(c.DelDestination(svc, dst))
+	}
+	if err != nil {
+		return fmt.Errorf("ipvs: %s: %w", o, err)
+	}
+	return nil
+}
+
+// ignoreGone treats "no such virtual or real server" as success.
+func ignoreGone(err error) error {
+	if errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,299 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/internal/sysctl"
+	"github.com/weirproxy/weir/sdk/plan"
+)
+
+// ipvsSysctls are set on every full sync: IPVS connections keep
+// conntrack entries (for the masquerade rules of phase 2), connections to
+// deleted real servers and affinity templates pointing at weight-0 ones
+// expire, and the node forwards.
+var ipvsSysctls = [][2]string{
+	{"net/ipv4/vs/conntrack", "1"},
+	{"net/ipv4/vs/expire_nodest_conn", "1"},
+	{"net/ipv4/vs/expire_quiescent_template", "1"},
+	{"net/ipv4/ip_forward", "1"},
+}
+
+// strictARPSysctls keep the node from answering ARP for the addresses on
+// the dummy interface.
+var strictARPSysctls = [][2]string{
+	{"net/ipv4/conf/all/arp_ignore", "1"},
+	{"net/ipv4/conf/all/arp_announce", "2"},
+}
+
+func (b *Backend) setSysctls() error {
+	list := ipvsSysctls
+	if b.opts.StrictARP {
+		list = slices.Concat(list, strictARPSysctls)
+	}
+	for _, kv := range list {
+		if err := sysctl.Set(b.opts.NetNS, kv[0], kv[1]); err != nil {
+			return fmt.Errorf("ipvs: %w", err)
+		}
+	}
+	return nil
+}
+
+// nodeChanged reports whether node ports follow the plan node's addresses
+// and they changed: node ports then move, which a full sync handles.
+func (b *Backend) nodeChanged(p *plan.Plan) bool {
+	return b.opts.NodePortPrimary && !slices.Equal(p.Node.Addresses, b.nodeAddrs)
+}
+
+// fullSync reads Weir's virtual servers from the kernel and turns them
+// into the plan's, removing strays and repairing drift.
+func (b *Backend) fullSync(p *plan.Plan) error {
+	if err := b.setSysctls(); err != nil {
+		return err
+	}
+	link, err := ensureDummy(b.nl, b.opts.Interface)
+	if err != nil {
+		return err
+	}
+	onLink, err := linkAddrs(b.nl, link)
+	if err != nil {
+		return err
+	}
+	local, err := localAddrs(b.nl, link.Attrs().Index)
+	if err != nil {
+		return err
+	}
+	oldNodePorts := b.nodePorts
+	b.nodePorts, b.nodeAddrs = nodePortAddrs(&b.opts.Common, p.Node, local), slices.Clone(p.Node.Addresses)
+	want := b.desiredAll(p)
+	wantAddrs := slices.Collect(maps.Keys(b.addrRefs))
+	ours := func(k vsKey) bool {
+		return want[k] != nil || b.programmed[k] != nil ||
+			slices.Contains(onLink, k.addr) || slices.Contains(wantAddrs, k.addr) ||
+			slices.Contains(b.nodePorts, k.addr) || slices.Contains(oldNodePorts, k.addr)
+	}
+	kernel, err := readKernel(b.ipvs, ours)
+	if err != nil {
+		return err
+	}
+	keepDraining(kernel, b.programmed)
+	b.programmed = kernel
+	var errs []error
+	for _, a := range wantAddrs {
+		if !slices.Contains(onLink, a) {
+			errs = append(errs, addAddr(b.nl, link, a))
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(unionKeys(want, kernel)), vsKey.compare) {
+		errs = append(errs, b.applyAll(diff(k, kernel[k], want[k])))
+	}
+	for _, a := range onLink {
+		if b.addrRefs[a] == 0 {
+			errs = append(errs, delAddr(b.nl, link, a))
+		}
+	}
+	return firstOf(errs)
+}
+
+// desiredAll computes every service's state, records which service owns
+// each virtual server and each interface address, and returns the wanted
+// virtual servers.
+func (b *Backend) desiredAll(p *plan.Plan) map[vsKey]*virtualServer {
+	b.services, b.owner, b.addrRefs = map[plan.Key]*serviceState{}, map[vsKey]plan.Key{}, map[netip.Addr]int{}
+	want := map[vsKey]*virtualServer{}
+	for _, key := range p.Keys() {
+		st := b.claim(key, desiredService(p.Services[key], b.nodePorts, b.opts.Scheduler))
+		if st == nil {
+			continue
+		}
+		b.services[key] = st
+		maps.Copy(want, st.servers)
+		for _, a := range st.addrs {
+			b.addrRefs[a]++
+		}
+	}
+	return want
+}
+
+// claim records key as the owner of st's virtual servers and drops from
+// st those another service owns already (two services on one external IP
+// and port): the first keeps it.
+func (b *Backend) claim(key plan.Key, st *serviceState) *serviceState {
+	if st == nil {
+		return nil
+	}
+	for _, k := range st.keys() {
+		if o, taken := b.owner[k]; taken && o != key {
+			b.log.Warn("Virtual server already belongs to another service; ignoring it for this one",
+				"virtualServer", k.String(), "service", key.String(), "owner", o.String())
+			delete(st.servers, k)
+			continue
+		}
+		b.owner[k] = key
+	}
+	return st
+}
+
+// partialSync applies the changed services' differences to what was
+// programmed, reading nothing back.
+func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
+	link, err := b.nl.LinkByName(b.opts.Interface)
+	if err != nil {
+		return fmt.Errorf("ipvs: find interface %s: %w", b.opts.Interface, err)
+	}
+	var errs []error
+	for _, key := range uniqueKeys(changed) {
+		errs = append(errs, b.syncService(link, key, p.Services[key]))
+	}
+	return firstOf(errs)
+}
+
+// syncService moves one service from its last applied state to svc's
+// (nil: deleted).
+func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service) error {
+	old := b.services[key]
+	for _, k := range old.keys() {
+		delete(b.owner, k)
+	}
+	st := b.claim(key, desiredService(svc, b.nodePorts, b.opts.Scheduler))
+	var errs []error
+	for _, a := range addrsOf(st) {
+		if b.addrRefs[a]++; b.addrRefs[a] == 1 {
+			errs = append(errs, addAddr(b.nl, link, a))
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(unionKeys(serversOf(old), serversOf(st))), vsKey.compare) {
+		errs = append(errs, b.applyAll(diff(k, b.programmed[k], serversOf(st)[k])))
+	}
+	for _, a := range addrsOf(old) {
+		if b.addrRefs[a]--; b.addrRefs[a] <= 0 {
+			delete(b.addrRefs, a)
+			errs = append(errs, delAddr(b.nl, link, a))
+		}
+	}
+	if st == nil {
+		delete(b.services, key)
+	} else {
+		b.services[key] = st
+	}
+	return firstOf(errs)
+}
+
+// applyAll sends ops in order, stopping at the first failure: later ops of
+// one virtual server depend on earlier ones.
+func (b *Backend) applyAll(ops []op) error {
+	now := b.now()
+	for _, o := range ops {
+		if err := apply(b.ipvs, b.programmed, o, now); err != nil {
+			return err
+		}
+		b.log.Debug("IPVS change", "op", o.String())
+	}
+	return nil
+}
+
+// cleanupScope returns which kernel virtual servers Cleanup removes, and
+// Weir's interface (nil when there is none).
+func (b *Backend) cleanupScope() (func(vsKey) bool, netlink.Link, error) {
+	var onLink []netip.Addr
+	skip := -1
+	link, err := b.nl.LinkByName(b.opts.Interface)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+		link = nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("ipvs: find interface %s: %w", b.opts.Interface, err)
+	default:
+		if onLink, err = linkAddrs(b.nl, link); err != nil {
+			return nil, nil, err
+		}
+		skip = link.Attrs().Index
+	}
+	nodePorts := b.nodePorts
+	if !b.synced {
+		local, err := localAddrs(b.nl, skip)
+		if err != nil {
+			return nil, nil, err
+		}
+		c := b.opts.Common
+		c.NodePortPrimary = false
+		nodePorts = nodePortAddrs(&c, plan.Node{}, local)
+	}
+	ours := func(k vsKey) bool {
+		return b.programmed[k] != nil || slices.Contains(onLink, k.addr) || slices.Contains(nodePorts, k.addr)
+	}
+	return ours, link, nil
+}
+
+// keepDraining carries the draining marks of what was programmed over to
+// the virtual servers read from the kernel, for real servers still there.
+func keepDraining(kernel, programmed map[vsKey]*virtualServer) {
+	for k, vs := range kernel {
+		old := programmed[k]
+		if old == nil {
+			continue
+		}
+		for a, since := range old.draining {
+			if _, ok := vs.reals[a]; ok {
+				vs.draining[a] = since
+			}
+		}
+	}
+}
+
+func serversOf(st *serviceState) map[vsKey]*virtualServer {
+	if st == nil {
+		return nil
+	}
+	return st.servers
+}
+
+func addrsOf(st *serviceState) []netip.Addr {
+	if st == nil {
+		return nil
+	}
+	return st.addrs
+}
+
+func unionKeys(a, b map[vsKey]*virtualServer) map[vsKey]struct{} {
+	out := make(map[vsKey]struct{}, len(a)+len(b))
+	for k := range a {
+		out[k] = struct{}{}
+	}
+	for k := range b {
+		out[k] = struct{}{}
+	}
+	return out
+}
+
+func uniqueKeys(keys []plan.Key) []plan.Key {
+	out := slices.Clone(keys)
+	slices.SortFunc(out, plan.Key.Compare)
+	return slices.Compact(out)
+}
+
+// firstOf returns the first non-nil error, noting how many more there were.
+func firstOf(errs []error) error {
+	var first error
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	if n > 1 {
+		return fmt.Errorf("%w (and %d more errors)", first, n-1)
+	}
+	return first
+}
+
+var _ backends.Backend = (*Backend)(nil)
