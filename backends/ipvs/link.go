@@ -36,7 +36,8 @@ func ensureDummy(h *netlink.Handle, name string) (netlink.Link, error) {
 	return l, nil
 }
 
-// linkAddrs returns the addresses on the link.
+// linkAddrs returns the addresses on the link, except link-local ones
+// (the kernel's own IPv6 fe80:: address), which Weir never manages.
 func linkAddrs(h *netlink.Handle, l netlink.Link) ([]netip.Addr, error) {
 	list, err := h.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
@@ -44,7 +45,7 @@ func linkAddrs(h *netlink.Handle, l netlink.Link) ([]netip.Addr, error) {
 	}
 	var out []netip.Addr
 	for _, a := range list {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && !ip.IsLinkLocalUnicast() {
 			out = append(out, ip.Unmap())
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -164,5 +165,23 @@ func TestVirtualServerKeysSorted(t *testing.T) {
 	keys := st.keys()
 	if !slices.IsSortedFunc(keys, vsKey.compare) || len(keys) != len(slices.Collect(maps.Keys(st.servers))) {
 		t.Errorf("keys %v not sorted or incomplete", keys)
+	}
+}
+
+func TestNodePortAddrs(t *testing.T) {
+	local := []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("172.30.0.1"), netip.MustParseAddr("fd00::1")}
+	node := plan.Node{Addresses: []netip.Addr{netip.MustParseAddr("172.30.0.1"), netip.MustParseAddr("192.0.2.99")}}
+	for _, tt := range []struct {
+		name string
+		opts backends.Common
+		want []netip.Addr
+	}{
+		{"all local", backends.Common{}, local},
+		{"cidrs", backends.Common{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, NodePortPrimary: true}, local[:1]},
+		{"primary: the node's local addresses", backends.Common{NodePortPrimary: true}, local[1:2]},
+	} {
+		if got := nodePortAddrs(&tt.opts, node, local); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

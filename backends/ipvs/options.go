@@ -18,8 +18,10 @@ const (
 	// addresses.
 	DefaultInterface = "weir-ipvs0"
 	// DefaultGracePeriod is the longest a removed real server keeps its
-	// established connections before it is deleted anyway. It matches
-	// kube-proxy's default for IPVS graceful termination.
+	// established connections before it is deleted anyway: long enough for
+	// ordinary requests and pod shutdowns, short enough that one idle
+	// long-lived connection does not pin a gone pod's real server for
+	// hours. (kube-proxy has no such bound: it waits for the counts.)
 	DefaultGracePeriod = 15 * time.Minute
 )
 
