@@ -51,13 +51,19 @@ IPT_MODULES := ip_tables,iptable_nat,iptable_filter,ip6_tables,ip6table_nat,ip6t
 IPT_TOOLS   := $(foreach t,iptables ip6tables,$(foreach f,legacy nft,$(foreach s,- -restore -save,/usr/sbin/$(t)-$(f)$(patsubst -,,$(s)))))
 IPT_FILES   := $(subst $(space),$(comma),$(IPT_TOOLS) /usr/lib/x86_64-linux-gnu/xtables /usr/sbin/ip)
 
+# The modules the IPVS backend's kernel tests load in the VM: IPVS with
+# every scheduler it accepts, conntrack, the dummy and veth interfaces.
+IPVS_MODULES := ip_vs,ip_vs_rr,ip_vs_wrr,ip_vs_lc,ip_vs_wlc,ip_vs_sh,ip_vs_dh,ip_vs_sed,ip_vs_nq,ip_vs_mh,nf_conntrack,dummy,veth
+
 ## test-vm: as root, the backends' kernel tests again inside a VM booting Debian 12's LTS kernel (test/vm; the kernel package is cached in ~/.cache/weir-vm)
 test-vm: vm-tools
 	@mkdir -p $(BIN)/vm
 	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/vm/nftables.test ./backends/nftables/
 	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/vm/iptables.test ./backends/iptables/
+	CGO_ENABLED=0 $(GO) test -tags vm -c -o $(BIN)/vm/ipvs.test ./backends/ipvs/
 	$(GO) run ./hack/vmtest --modules $(NFT_MODULES) $(BIN)/vm/nftables.test -test.run 'TestKernel|TestConformance' -test.v
 	$(GO) run ./hack/vmtest --modules $(IPT_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/iptables.test -test.run 'TestKernel|TestConformance' -test.v
+	$(GO) run ./hack/vmtest --modules $(IPVS_MODULES) $(BIN)/vm/ipvs.test -test.run TestKernel -test.v
 
 ## vm-tools: installs QEMU and a static busybox for the VM tests when missing (Debian)
 vm-tools:
