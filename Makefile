@@ -84,11 +84,12 @@ bench: build plugins
 	$(GO) test -run '^$$' -bench 'Sync10k' -benchmem -benchtime 3x -timeout 60m ./backends/iptables/
 	$(GO) run ./hack/bench --weir $(BIN)/weir --services 1000,10000 --plugins $(BIN)/plugins --iptables legacy,nft
 
-## lint: gofmt and go vet on both modules
+## lint: gofmt and go vet on both modules (and the VM-only test files)
 lint:
 	@out=$$(gofmt -l .); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags vm ./backends/ipvs/
 	cd sdk && $(GO) vet ./...
 
 clean:
