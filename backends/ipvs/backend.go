@@ -45,6 +45,7 @@ type Backend struct {
 	ipvs ipvsConn
 	nl   *netlink.Handle
 	now  func() time.Time
+	masq *masqLayer
 
 	// synced is false until a sync succeeds and after any sync fails: the
 	// next sync is then full.
@@ -86,7 +87,13 @@ func New(opts Options) (*Backend, error) {
 		nl.Close()
 		return nil, fmt.Errorf("ipvs: open generic netlink socket: %w", err)
 	}
-	b := &Backend{opts: opts, log: opts.Logger(), ipvs: h, nl: nl, now: time.Now,
+	masq, err := newMasqLayer(context.Background(), nl, opts.Flavour)
+	if err != nil {
+		h.Close()
+		nl.Close()
+		return nil, err
+	}
+	b := &Backend{opts: opts, log: opts.Logger(), ipvs: h, nl: nl, now: time.Now, masq: masq,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	b.reset()
 	go b.drainLoop(b.stop, b.done)
@@ -126,7 +133,7 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 	}
 	var err error
 	if changed == nil || !b.synced || b.nodeChanged(p) {
-		err = b.fullSync(p)
+		err = b.fullSync(ctx, p)
 	} else {
 		err = b.partialSync(p, changed)
 	}
@@ -135,7 +142,8 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 }
 
 // Cleanup removes every virtual server on an address of Weir's interface
-// or on a node-port address, and the interface. Without a successful sync
+// or on a node-port address, the masquerade rules and ipsets, and the
+// interface. Without a successful sync
 // since New, the node-port addresses are the local addresses inside
 // NodePortCIDRs, or all of them.
 func (b *Backend) Cleanup(ctx context.Context) error {
@@ -153,6 +161,9 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		if err := ignoreGone(b.ipvs.DelService(toService(k, nil))); err != nil {
 			return fmt.Errorf("ipvs: delete virtual server %s: %w", k, err)
 		}
+	}
+	if err := b.masq.cleanup(b.opts.NetNS); err != nil {
+		return err
 	}
 	if link != nil {
 		if err := b.nl.LinkDel(link); err != nil {

@@ -88,6 +88,8 @@ func (v *virtualServer) String() string {
 type serviceState struct {
 	servers map[vsKey]*virtualServer
 	addrs   []netip.Addr
+	// entries are the ipset entries of the masquerade layer it needs.
+	entries []setEntry
 }
 
 // keys returns the service's virtual server keys in order.

@@ -45,6 +45,9 @@ type Options struct {
 	// GracePeriod bounds how long a removed real server is kept, at weight
 	// 0, while it still has connections; DefaultGracePeriod when zero.
 	GracePeriod time.Duration
+	// Flavour picks the iptables of the masquerade rules: FlavourNFT,
+	// FlavourLegacy, or "" or "auto" for what `iptables --version` names.
+	Flavour string
 }
 
 // withDefaults returns o with its zero fields filled, or an error naming

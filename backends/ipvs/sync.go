@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -45,14 +46,16 @@ func (b *Backend) setSysctls() error {
 }
 
 // nodeChanged reports whether node ports follow the plan node's addresses
-// and they changed: node ports then move, which a full sync handles.
+// and they changed (node ports then move), or the masquerade rules
+// depend on its pod CIDRs and they changed: a full sync handles both.
 func (b *Backend) nodeChanged(p *plan.Plan) bool {
-	return b.opts.NodePortPrimary && !slices.Equal(p.Node.Addresses, b.nodeAddrs)
+	return (b.opts.NodePortPrimary && !slices.Equal(p.Node.Addresses, b.nodeAddrs)) ||
+		b.masq.rulesStale(&b.opts.Common, p.Node)
 }
 
 // fullSync reads Weir's virtual servers from the kernel and turns them
 // into the plan's, removing strays and repairing drift.
-func (b *Backend) fullSync(p *plan.Plan) error {
+func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) error {
 	if err := b.setSysctls(); err != nil {
 		return err
 	}
@@ -97,6 +100,7 @@ func (b *Backend) fullSync(p *plan.Plan) error {
 			errs = append(errs, delAddr(b.nl, link, a))
 		}
 	}
+	errs = append(errs, b.masq.syncFull(ctx, &b.opts.Common, p.Node, b.services))
 	return firstOf(errs)
 }
 
@@ -111,6 +115,7 @@ func (b *Backend) desiredAll(p *plan.Plan) map[vsKey]*virtualServer {
 		if st == nil {
 			continue
 		}
+		st.entries = masqEntries(p.Services[key], st, b.nodePorts)
 		b.services[key] = st
 		maps.Copy(want, st.servers)
 		for _, a := range st.addrs {
@@ -161,6 +166,9 @@ func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service
 		delete(b.owner, k)
 	}
 	st := b.claim(key, desiredService(svc, b.nodePorts, b.opts.Scheduler))
+	if st != nil {
+		st.entries = masqEntries(svc, st, b.nodePorts)
+	}
 	var errs []error
 	for _, a := range addrsOf(st) {
 		if b.addrRefs[a]++; b.addrRefs[a] == 1 {
@@ -176,6 +184,7 @@ func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service
 			errs = append(errs, delAddr(b.nl, link, a))
 		}
 	}
+	errs = append(errs, b.masq.syncService(old, st))
 	if st == nil {
 		delete(b.services, key)
 	} else {
