@@ -18,8 +18,29 @@
 // Options.GracePeriod; a background loop checks every second while any
 // real server drains.
 //
-// Phase 1 has no ipset or iptables helper rules: no masquerading, source
-// ranges or Local-policy drops yet.
+// Masquerading (phase 2a) uses ipsets and a small fixed nat layer, as
+// kube-proxy's IPVS mode does, under Weir's own names. Per family, the
+// ipsets WEIR-IPVS-CLUSTER-IP (cluster IP,proto:port), WEIR-IPVS-EXTERNAL
+// (every other destination: external and load-balancer IPs, node-port
+// addresses with their node ports), WEIR-IPVS-EXTERNAL-LOCAL (those of
+// externalTrafficPolicy Local services) and WEIR-IPVS-HAIRPIN
+// (endpoint,proto:port,endpoint) follow the virtual servers over netlink:
+// a partial sync adds and deletes the changed services' entries, a full
+// sync reads the sets back and reconciles them. At each full sync one
+// iptables-restore --noflush per family rewrites the chains WEIR-IPVS-*
+// of the nat table, and go-iptables adds any missing jump from
+// PREROUTING, OUTPUT and POSTROUTING. Cluster-IP packets from sources the
+// local traffic detector does not take for pods (all with MasqueradeAll,
+// none without detector information), packets to other destinations
+// unless their service is Local, and hairpin packets get the 0x4000 mark
+// and are masqueraded in POSTROUTING, like the other backends. The
+// iptables flavour is the one `iptables --version` names, or
+// Options.Flavour.
+//
+// Still missing: loadBalancerSourceRanges, the drops of Local-policy
+// traffic without local endpoints, localhost node ports, wiring
+// `mode: ipvs` into the daemon, and the backend's column in the
+// conformance table.
 package ipvs
 
 import (

@@ -6,11 +6,9 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
-	"github.com/weirproxy/weir/sdk/plan"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,11 +25,8 @@ type ipsetConn interface {
 func ensureSets(c ipsetConn) error {
 	for _, s := range allSets() {
 		o := netlink.IpsetCreateOptions{Family: unix.AF_INET}
-		switch {
-		case s.family == 6:
+		if s.family == 6 {
 			o.Family = unix.AF_INET6
-		case s.kind == "bitmap:port":
-			o.PortFrom, o.PortTo = 0, 65535
 		}
 		err := c.IpsetCreate(s.name, s.kind, o)
 		if err != nil && !errors.Is(err, unix.EEXIST) && !isIpsetErr(err, nl.IPSET_ERR_EXIST_SETNAME2) {
@@ -135,10 +130,7 @@ func delEntryRaw(c ipsetConn, set string, e *netlink.IPSetEntry) error {
 func toIpsetEntry(e setEntry) *netlink.IPSetEntry {
 	proto := uint8(protoNumber(e.proto))
 	port := e.port
-	out := &netlink.IPSetEntry{Protocol: &proto, Port: &port, Replace: true}
-	if e.addr.IsValid() {
-		out.IP = e.addr.AsSlice()
-	}
+	out := &netlink.IPSetEntry{IP: e.addr.AsSlice(), Protocol: &proto, Port: &port, Replace: true}
 	if e.addr2.IsValid() {
 		out.IP2 = e.addr2.AsSlice()
 	}
@@ -146,47 +138,23 @@ func toIpsetEntry(e setEntry) *netlink.IPSetEntry {
 }
 
 // fromIpsetEntry returns the entry of set s that the kernel listed;
-// false when it is not one Weir could have added. The port bitmaps keep
-// no protocol: their name says it.
+// false when it is not one Weir could have added.
 func fromIpsetEntry(s setSpec, n *netlink.IPSetEntry) (setEntry, bool) {
-	if n.Port == nil {
+	if n.Port == nil || n.Protocol == nil || n.IP == nil {
 		return setEntry{}, false
 	}
-	e := setEntry{set: s.name, port: *n.Port, proto: bitmapProto(s.name)}
-	if s.kind != "bitmap:port" {
-		p, ok := protoOf(uint16(ptrOr(n.Protocol)))
-		if !ok {
-			return setEntry{}, false
-		}
-		e.proto = p
+	p, ok := protoOf(uint16(*n.Protocol))
+	if !ok {
+		return setEntry{}, false
 	}
-	ok := true
-	if n.IP != nil {
-		e.addr, ok = netip.AddrFromSlice(n.IP)
-		e.addr = e.addr.Unmap()
-	}
+	e := setEntry{set: s.name, proto: p, port: *n.Port}
+	e.addr, ok = netip.AddrFromSlice(n.IP)
+	e.addr = e.addr.Unmap()
 	if ok && n.IP2 != nil {
 		e.addr2, ok = netip.AddrFromSlice(n.IP2)
 		e.addr2 = e.addr2.Unmap()
 	}
 	return e, ok
-}
-
-func ptrOr(p *uint8) uint8 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
-
-// bitmapProto returns the protocol a port bitmap's name ends with.
-func bitmapProto(set string) plan.Protocol {
-	for _, p := range bitmapProtocols {
-		if strings.HasSuffix(set, "-"+string(p)) {
-			return p
-		}
-	}
-	return ""
 }
 
 // member formats the entry without its set name.

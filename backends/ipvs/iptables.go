@@ -62,7 +62,7 @@ func flavourTools(fl string) ([]ruleTools, error) {
 	for _, f := range []int{4, 6} {
 		base := "iptables-" + fl
 		if f == 6 {
-			base = "ip6" + base
+			base = "ip6tables-" + fl
 		}
 		t := ruleTools{family: f, iptables: findBin(base), restore: findBin(base + "-restore")}
 		for name, p := range map[string]string{base: t.iptables, base + "-restore": t.restore} {

@@ -9,15 +9,20 @@ import (
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
-// The ipsets of the masquerade layer. Hash sets hold one address family
-// each: the IPv6 set's name adds setSuffix6. The node-port bitmaps hold
-// ports only and serve both families.
+// The ipsets of the masquerade layer, all hash sets holding one address
+// family each: the IPv6 set's name adds setSuffix6.
+//
+// Node ports are not kept as kube-proxy's port bitmaps matched with
+// --dst-type LOCAL: the kernel's bitmap:port rejects the protocol
+// attribute vishvananda/netlink always sends with a port (and matches TCP
+// and UDP only). Weir's node ports are virtual servers on known addresses
+// anyway, so they go into setExternal by address.
 const (
 	// setClusterIP holds cluster IP, protocol and port of every service.
 	setClusterIP = "WEIR-IPVS-CLUSTER-IP"
-	// setExternal holds the external and load-balancer IPs with protocol
-	// and port, and the node-port addresses of SCTP node ports (bitmap:port
-	// sets match only TCP and UDP).
+	// setExternal holds every other destination with protocol and port:
+	// external IPs, load-balancer IPs, and node-port addresses with their
+	// node ports.
 	setExternal = "WEIR-IPVS-EXTERNAL"
 	// setExternalLocal holds the entries of setExternal whose service has
 	// externalTrafficPolicy Local: they keep the client's address.
@@ -25,17 +30,11 @@ const (
 	// setHairpin holds endpoint, protocol and port, endpoint: an endpoint
 	// reaching itself through a service.
 	setHairpin = "WEIR-IPVS-HAIRPIN"
-	// setSuffix6 ends the names of the IPv6 hash sets.
+	// setSuffix6 ends the names of the IPv6 sets.
 	setSuffix6 = "-6"
-	// setNodePort and setNodePortLocal prefix the node-port bitmaps of
-	// each protocol ("WEIR-IPVS-NODE-PORT-TCP"); the Local ones hold the
-	// node ports of services with externalTrafficPolicy Local.
-	setNodePort      = "WEIR-IPVS-NODE-PORT-"
-	setNodePortLocal = "WEIR-IPVS-NODE-PORT-LOCAL-"
 )
 
-// setSpec describes one ipset: its name, type and family (4 or 6; 0 for
-// the port bitmaps).
+// setSpec describes one ipset: its name, type and family (4 or 6).
 type setSpec struct {
 	name   string
 	kind   string
@@ -52,15 +51,8 @@ func allSets() []setSpec {
 			setSpec{familySet(setExternalLocal, f), "hash:ip,port", f},
 			setSpec{familySet(setHairpin, f), "hash:ip,port,ip", f})
 	}
-	for _, p := range bitmapProtocols {
-		out = append(out, setSpec{setNodePort + string(p), "bitmap:port", 0},
-			setSpec{setNodePortLocal + string(p), "bitmap:port", 0})
-	}
 	return out
 }
-
-// bitmapProtocols are the protocols whose node ports go into port bitmaps.
-var bitmapProtocols = []plan.Protocol{plan.TCP, plan.UDP}
 
 func familySet(name string, f int) string {
 	if f == 6 {
@@ -76,8 +68,8 @@ func familyOf(a netip.Addr) int {
 	return 6
 }
 
-// setEntry is one member of one set. addr is zero in the port bitmaps;
-// addr2 is set only in the hairpin sets.
+// setEntry is one member of one set; addr2 is set only in the hairpin
+// sets.
 type setEntry struct {
 	set   string
 	addr  netip.Addr
@@ -88,11 +80,7 @@ type setEntry struct {
 
 // String formats the entry as the ipset tool lists it, after the set name.
 func (e setEntry) String() string {
-	s := e.set + " "
-	if e.addr.IsValid() {
-		s += e.addr.String() + ","
-	}
-	s += fmt.Sprintf("%s:%d", e.proto, e.port)
+	s := fmt.Sprintf("%s %s,%s:%d", e.set, e.addr, e.proto, e.port)
 	if e.addr2.IsValid() {
 		s += "," + e.addr2.String()
 	}
@@ -108,7 +96,7 @@ func (e setEntry) compare(o setEntry) int {
 // servers it owns (st, after claim): each virtual server is a cluster IP,
 // a node port or an external (or load-balancer) IP, and each real server
 // may reach itself through it.
-func masqEntries(svc *plan.Service, st *serviceState, nodePorts []netip.Addr) []setEntry {
+func masqEntries(svc *plan.Service, st *serviceState) []setEntry {
 	if svc == nil || st == nil {
 		return nil
 	}
@@ -119,7 +107,7 @@ func masqEntries(svc *plan.Service, st *serviceState, nodePorts []netip.Addr) []
 		}
 	}
 	for _, k := range st.keys() {
-		for _, e := range destEntries(svc, k, nodePorts) {
+		for _, e := range destEntries(svc, k) {
 			add(e)
 		}
 		for r := range st.servers[k].reals {
@@ -132,20 +120,13 @@ func masqEntries(svc *plan.Service, st *serviceState, nodePorts []netip.Addr) []
 }
 
 // destEntries returns the entries saying what kind of destination the
-// virtual server k of svc is.
-func destEntries(svc *plan.Service, k vsKey, nodePorts []netip.Addr) []setEntry {
+// virtual server k of svc is: a cluster IP, or any other (external or
+// load-balancer IP, node port), also marked Local under
+// externalTrafficPolicy Local.
+func destEntries(svc *plan.Service, k vsKey) []setEntry {
 	f := familyOf(k.addr)
-	isCluster := k.port == svc.Port && slices.ContainsFunc(svc.ClusterIPs, func(a netip.Addr) bool { return a.Unmap() == k.addr })
-	isNodePort := !isCluster && svc.NodePort != 0 && k.port == svc.NodePort && slices.Contains(nodePorts, k.addr)
-	switch {
-	case isCluster:
+	if k.port == svc.Port && slices.ContainsFunc(svc.ClusterIPs, func(a netip.Addr) bool { return a.Unmap() == k.addr }) {
 		return []setEntry{{set: familySet(setClusterIP, f), addr: k.addr, proto: k.proto, port: k.port}}
-	case isNodePort && slices.Contains(bitmapProtocols, k.proto):
-		out := []setEntry{{set: setNodePort + string(k.proto), proto: k.proto, port: k.port}}
-		if svc.ExternalLocal {
-			out = append(out, setEntry{set: setNodePortLocal + string(k.proto), proto: k.proto, port: k.port})
-		}
-		return out
 	}
 	out := []setEntry{{set: familySet(setExternal, f), addr: k.addr, proto: k.proto, port: k.port}}
 	if svc.ExternalLocal {

@@ -34,21 +34,23 @@ func TestMasqEntries(t *testing.T) {
 		want string
 	}{{etp, `WEIR-IPVS-CLUSTER-IP 10.96.0.11,TCP:80
 WEIR-IPVS-CLUSTER-IP-6 fd00:10:96::11,TCP:80
+WEIR-IPVS-EXTERNAL 172.30.0.1,TCP:30081
 WEIR-IPVS-EXTERNAL 192.0.2.10,TCP:80
+WEIR-IPVS-EXTERNAL-6 fd00::1,TCP:30081
+WEIR-IPVS-EXTERNAL-LOCAL 172.30.0.1,TCP:30081
 WEIR-IPVS-EXTERNAL-LOCAL 192.0.2.10,TCP:80
+WEIR-IPVS-EXTERNAL-LOCAL-6 fd00::1,TCP:30081
 WEIR-IPVS-HAIRPIN 10.244.0.11,TCP:8080,10.244.0.11
 WEIR-IPVS-HAIRPIN 10.244.1.12,TCP:8080,10.244.1.12
-WEIR-IPVS-HAIRPIN-6 fd00:10:244::11,TCP:8080,fd00:10:244::11
-WEIR-IPVS-NODE-PORT-LOCAL-TCP TCP:30081
-WEIR-IPVS-NODE-PORT-TCP TCP:30081`}, {sctp, `WEIR-IPVS-CLUSTER-IP 10.96.0.12,SCTP:9
+WEIR-IPVS-HAIRPIN-6 fd00:10:244::11,TCP:8080,fd00:10:244::11`}, {sctp, `WEIR-IPVS-CLUSTER-IP 10.96.0.12,SCTP:9
 WEIR-IPVS-EXTERNAL 172.30.0.1,SCTP:30009
 WEIR-IPVS-HAIRPIN 10.244.0.11,SCTP:9,10.244.0.11`}} {
 		st := desiredService(tc.svc, nodeIPs, "rr")
-		if got := entryLines(masqEntries(tc.svc, st, nodeIPs)); got != tc.want {
+		if got := entryLines(masqEntries(tc.svc, st)); got != tc.want {
 			t.Errorf("%s: got\n%s\nwant\n%s", tc.svc.Key, got, tc.want)
 		}
 	}
-	if got := masqEntries(nil, nil, nodeIPs); got != nil {
+	if got := masqEntries(nil, nil); got != nil {
 		t.Errorf("deleted service: got %v", got)
 	}
 }
@@ -100,7 +102,7 @@ func TestRenderNAT(t *testing.T) {
 	text := string(renderNAT(6, &backends.Common{}, plan.Node{}))
 	for _, want := range []string{":WEIR-IPVS-POSTROUTING - [0:0]\n",
 		"-A WEIR-IPVS-SERVICES -m set --match-set WEIR-IPVS-CLUSTER-IP-6 dst,dst -g WEIR-IPVS-CLUSTER-IP\n",
-		"-A WEIR-IPVS-NODE-PORTS -p udp -m set --match-set WEIR-IPVS-NODE-PORT-LOCAL-UDP dst -j RETURN\n",
+		"-A WEIR-IPVS-SERVICES -m set --match-set WEIR-IPVS-EXTERNAL-LOCAL-6 dst,dst -j RETURN\n",
 		"-A WEIR-IPVS-POSTROUTING -m set --match-set WEIR-IPVS-HAIRPIN-6 dst,dst,src -j MARK --or-mark 0x4000\n",
 		"-A WEIR-IPVS-POSTROUTING -j MASQUERADE --random-fully\nCOMMIT\n"} {
 		if !strings.Contains(text, want) {
@@ -118,7 +120,7 @@ type fakeSets struct {
 func newFakeSets() *fakeSets { return &fakeSets{sets: map[string]map[string]netlink.IPSetEntry{}} }
 
 func fakeKey(e *netlink.IPSetEntry) string {
-	return fmt.Sprintf("%v/%d/%d/%v", e.IP, ptrOr(e.Protocol), *e.Port, e.IP2)
+	return fmt.Sprintf("%v/%d/%d/%v", e.IP, *e.Protocol, *e.Port, e.IP2)
 }
 
 func (f *fakeSets) IpsetCreate(name, kind string, o netlink.IpsetCreateOptions) error {
@@ -166,7 +168,7 @@ func TestSetsFullAndPartial(t *testing.T) {
 		t.Fatalf("second ensureSets: %v", err)
 	}
 	a := setEntry{set: setClusterIP, addr: netip.MustParseAddr("10.96.0.10"), proto: plan.TCP, port: 80}
-	b := setEntry{set: setNodePort + "UDP", proto: plan.UDP, port: 30053}
+	b := setEntry{set: setExternal, addr: netip.MustParseAddr("172.30.0.1"), proto: plan.UDP, port: 30053}
 	stray := setEntry{set: setHairpin, addr: netip.MustParseAddr("10.244.0.9"), proto: plan.TCP, port: 1, addr2: netip.MustParseAddr("10.244.0.9")}
 	if err := addEntry(f, stray); err != nil {
 		t.Fatal(err)
@@ -176,7 +178,7 @@ func TestSetsFullAndPartial(t *testing.T) {
 	if err := reconcileSets(f, refs); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.ops) != 3 || len(f.sets[setHairpin]) != 0 || len(f.sets[setClusterIP]) != 1 || len(f.sets[setNodePort+"UDP"]) != 1 {
+	if len(f.ops) != 3 || len(f.sets[setHairpin]) != 0 || len(f.sets[setClusterIP]) != 1 || len(f.sets[setExternal]) != 1 {
 		t.Fatalf("full reconcile: ops %q, sets %v", f.ops, f.sets)
 	}
 	f.ops = nil
@@ -187,7 +189,7 @@ func TestSetsFullAndPartial(t *testing.T) {
 	if err := updateSets(f, refs, []setEntry{b}, nil); err != nil || len(f.ops) != 0 || refs[b] != 1 {
 		t.Fatalf("drop one of two references: ops %q, refs %v, err %v", f.ops, refs, err)
 	}
-	if err := updateSets(f, refs, []setEntry{a, b}, []setEntry{a}); err != nil || len(f.sets[setNodePort+"UDP"]) != 0 || refs[a] != 1 {
+	if err := updateSets(f, refs, []setEntry{a, b}, []setEntry{a}); err != nil || len(f.sets[setExternal]) != 0 || refs[a] != 1 {
 		t.Fatalf("drop the last reference: ops %q, refs %v, err %v", f.ops, refs, err)
 	}
 	if err := destroySets(f); err != nil || len(f.sets) != 0 {
@@ -201,7 +203,7 @@ func TestSetsFullAndPartial(t *testing.T) {
 func TestFromIpsetEntryRoundTrip(t *testing.T) {
 	for _, e := range []setEntry{
 		{set: setHairpin + setSuffix6, addr: netip.MustParseAddr("fd00::5"), proto: plan.SCTP, port: 9, addr2: netip.MustParseAddr("fd00::5")},
-		{set: setNodePortLocal + "TCP", proto: plan.TCP, port: 30080},
+		{set: setExternalLocal, addr: netip.MustParseAddr("172.30.0.1"), proto: plan.TCP, port: 30080},
 	} {
 		var spec setSpec
 		for _, s := range allSets() {
@@ -209,11 +211,7 @@ func TestFromIpsetEntryRoundTrip(t *testing.T) {
 				spec = s
 			}
 		}
-		n := toIpsetEntry(e)
-		if spec.kind == "bitmap:port" {
-			n.Protocol = nil // the kernel lists none
-		}
-		if got, ok := fromIpsetEntry(spec, n); !ok || got != e {
+		if got, ok := fromIpsetEntry(spec, toIpsetEntry(e)); !ok || got != e {
 			t.Errorf("%s: read back %s (%v)", e, got, ok)
 		}
 	}
@@ -225,5 +223,24 @@ func TestChooseFlavour(t *testing.T) {
 	}
 	if fl, err := chooseFlavour(t.Context(), FlavourLegacy); fl != FlavourLegacy || err != nil {
 		t.Errorf("legacy: %q, %v", fl, err)
+	}
+}
+
+func TestFlavourTools(t *testing.T) {
+	for _, fl := range []string{FlavourNFT, FlavourLegacy} {
+		if findBin("iptables-"+fl+"-restore") == "" {
+			t.Logf("no iptables-%s here", fl)
+			continue
+		}
+		tools, err := flavourTools(fl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tools) != 2 || !strings.HasSuffix(tools[1].restore, "/ip6tables-"+fl+"-restore") || tools[1].family != 6 {
+			t.Errorf("%s: tools %+v", fl, tools)
+		}
+	}
+	if _, err := flavourTools("bogus"); err == nil || !strings.Contains(err.Error(), "ip6tables-bogus-restore") {
+		t.Errorf("missing flavour: %v", err)
 	}
 }

@@ -17,8 +17,6 @@ const (
 	// chainClusterIP decides for cluster-IP packets, as the local traffic
 	// detector says.
 	chainClusterIP = "WEIR-IPVS-CLUSTER-IP"
-	// chainNodePorts decides for packets to a local address.
-	chainNodePorts = "WEIR-IPVS-NODE-PORTS"
 	// chainMarkMasq sets the masquerade mark.
 	chainMarkMasq = "WEIR-IPVS-MARK-MASQ"
 	// chainPostrouting, jumped to from POSTROUTING, masquerades marked
@@ -32,7 +30,7 @@ const (
 )
 
 // natChains lists the layer's chains in declaration order.
-var natChains = []string{chainServices, chainClusterIP, chainNodePorts, chainMarkMasq, chainPostrouting}
+var natChains = []string{chainServices, chainClusterIP, chainMarkMasq, chainPostrouting}
 
 // jump is a rule in a built-in chain of the nat table sending packets to
 // one of the layer's chains.
@@ -67,12 +65,6 @@ func renderNAT(f int, o *backends.Common, node plan.Node) []byte {
 	rule(chainServices, match(familySet(setClusterIP, f), "dst,dst"), "-g", chainClusterIP)
 	rule(chainServices, match(familySet(setExternalLocal, f), "dst,dst"), "-j RETURN")
 	rule(chainServices, match(familySet(setExternal, f), "dst,dst"), "-g", chainMarkMasq)
-	rule(chainServices, "-m addrtype --dst-type LOCAL", "-g", chainNodePorts)
-	for _, p := range bitmapProtocols {
-		proto := "-p " + strings.ToLower(string(p))
-		rule(chainNodePorts, proto, match(setNodePortLocal+string(p), "dst"), "-j RETURN")
-		rule(chainNodePorts, proto, match(setNodePort+string(p), "dst"), "-g", chainMarkMasq)
-	}
 	for _, r := range clusterIPRules(f, o, node) {
 		rule(chainClusterIP, r)
 	}

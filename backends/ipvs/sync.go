@@ -115,7 +115,7 @@ func (b *Backend) desiredAll(p *plan.Plan) map[vsKey]*virtualServer {
 		if st == nil {
 			continue
 		}
-		st.entries = masqEntries(p.Services[key], st, b.nodePorts)
+		st.entries = masqEntries(p.Services[key], st)
 		b.services[key] = st
 		maps.Copy(want, st.servers)
 		for _, a := range st.addrs {
@@ -167,7 +167,7 @@ func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service
 	}
 	st := b.claim(key, desiredService(svc, b.nodePorts, b.opts.Scheduler))
 	if st != nil {
-		st.entries = masqEntries(svc, st, b.nodePorts)
+		st.entries = masqEntries(svc, st)
 	}
 	var errs []error
 	for _, a := range addrsOf(st) {
