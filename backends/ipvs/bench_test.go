@@ -1,0 +1,105 @@
+//go:build vm
+
+package ipvs
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/backends/internal/benchkit"
+	"github.com/weirproxy/weir/sdk/plan"
+)
+
+// Like the kernel tests, the benchmarks need IPVS: they build only with the
+// vm tag and run inside the VM of `make bench-vm`.
+
+// benchLoaded returns a backend holding plan p in a fresh namespace that
+// lives as long as owner; b is the running benchmark.
+func benchLoaded(b, owner *testing.B, p *plan.Plan) *Backend {
+	be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, owner)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	owner.Cleanup(func() { be.Close() })
+	if err := be.Sync(context.Background(), p, nil); err != nil {
+		b.Fatal(err)
+	}
+	return be
+}
+
+// BenchmarkSync10k measures syncs of 10k ClusterIP services × 10 endpoints
+// (10k addresses on the dummy interface, 10k virtual servers, 100k real
+// servers; the namespace has no address for node ports): "initial" is the
+// first full sync into an empty namespace, "full" a full sync over the
+// loaded state (it reads every virtual and real server back and finds
+// nothing to change), "change" the replacement of one endpoint of one
+// service (a partial sync: one real server added, one drained).
+func BenchmarkSync10k(b *testing.B) {
+	ctx := context.Background()
+	b.Run("initial", func(b *testing.B) {
+		for range b.N {
+			b.StopTimer()
+			p := benchkit.Plan(10000, 10, 1)
+			be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, b)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			err = be.Sync(ctx, p, nil)
+			b.StopTimer()
+			be.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+	// "full" and "change" share one loaded namespace, owned by this
+	// benchmark so that it outlives each of them. A load that failed is
+	// not tried again by the next sub-benchmark.
+	var be *Backend
+	loadFailed := false
+	p := benchkit.Plan(10000, 10, 1)
+	loaded := func(sb *testing.B) *Backend {
+		if loadFailed {
+			sb.Fatal("loading the plan failed in an earlier sub-benchmark")
+		}
+		if be == nil {
+			loadFailed = true // until benchLoaded returns
+			be = benchLoaded(sb, b, p)
+			loadFailed = false
+		}
+		return be
+	}
+	b.Run("full", func(b *testing.B) {
+		be := loaded(b)
+		b.ResetTimer()
+		for range b.N {
+			if err := be.Sync(ctx, p, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("change", func(b *testing.B) {
+		be := loaded(b)
+		key := plan.Key{Namespace: "bench", Name: "svc-5000", Port: "http", Protocol: plan.TCP}
+		change := func(a netip.Addr) {
+			s := p.Services[key].Clone()
+			s.Endpoints[3].Address = a
+			p.Services[key] = s
+			if err := be.Sync(ctx, p, []plan.Key{key}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// One untimed change first: the graceful-termination loop's tick
+		// that waited for the lock during a long full sync runs now, not
+		// inside the first timed change.
+		change(netip.AddrFrom4([4]byte{10, 201, 0, 0}))
+		b.ResetTimer()
+		for i := range b.N {
+			change(netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}))
+		}
+	})
+}
