@@ -9,7 +9,8 @@ import (
 )
 
 // drainCheckEvery is how often the background loop looks at draining real
-// servers. It does nothing, and asks the kernel nothing, while none drain.
+// servers. While none drain it only scans the virtual servers it
+// programmed (no sorting, no kernel request).
 const drainCheckEvery = time.Second
 
 // connCounts is what the kernel reports about one real server.
@@ -28,12 +29,16 @@ func reapable(c connCounts, since, now time.Time, grace time.Duration) bool {
 // It reads the real servers of only the virtual servers that have
 // draining ones.
 func (b *Backend) reap(now time.Time) error {
-	var errs []error
-	for _, k := range slices.SortedFunc(maps.Keys(b.programmed), vsKey.compare) {
-		vs := b.programmed[k]
-		if len(vs.draining) == 0 {
-			continue
+	var keys []vsKey
+	for k, vs := range b.programmed {
+		if len(vs.draining) > 0 {
+			keys = append(keys, k)
 		}
+	}
+	slices.SortFunc(keys, vsKey.compare)
+	var errs []error
+	for _, k := range keys {
+		vs := b.programmed[k]
 		counts, err := b.counts(k, vs)
 		if err != nil {
 			errs = append(errs, err)

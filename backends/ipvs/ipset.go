@@ -21,10 +21,16 @@ type ipsetConn interface {
 	IpsetDel(name string, e *netlink.IPSetEntry) error
 }
 
-// ensureSets creates the sets that are missing.
+// setCapacity is the most entries a set holds (the kernel's default is
+// 65536; the hairpin set needs one per endpoint: 100k at 10k services ×
+// 10 endpoints). Hash sets grow as needed up to it.
+const setCapacity = 1 << 20
+
+// ensureSets creates the sets that are missing. A set that exists keeps
+// the capacity it was created with.
 func ensureSets(c ipsetConn) error {
 	for _, s := range allSets() {
-		o := netlink.IpsetCreateOptions{Family: unix.AF_INET}
+		o := netlink.IpsetCreateOptions{Family: unix.AF_INET, MaxElements: setCapacity}
 		if s.family == 6 {
 			o.Family = unix.AF_INET6
 		}

@@ -75,10 +75,11 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) error {
 	b.nodePorts, b.nodeAddrs = nodePortAddrs(&b.opts.Common, p.Node, local), slices.Clone(p.Node.Addresses)
 	want := b.desiredAll(p)
 	wantAddrs := slices.Collect(maps.Keys(b.addrRefs))
+	onLinkSet := addrSet(onLink)
+	nodePortSet := addrSet(b.nodePorts, oldNodePorts)
 	ours := func(k vsKey) bool {
 		return want[k] != nil || b.programmed[k] != nil ||
-			slices.Contains(onLink, k.addr) || slices.Contains(wantAddrs, k.addr) ||
-			slices.Contains(b.nodePorts, k.addr) || slices.Contains(oldNodePorts, k.addr)
+			onLinkSet[k.addr] || b.addrRefs[k.addr] > 0 || nodePortSet[k.addr]
 	}
 	kernel, err := readKernel(b.ipvs, ours)
 	if err != nil {
@@ -88,7 +89,7 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) error {
 	b.programmed = kernel
 	var errs []error
 	for _, a := range wantAddrs {
-		if !slices.Contains(onLink, a) {
+		if !onLinkSet[a] {
 			errs = append(errs, addAddr(b.nl, link, a))
 		}
 	}
@@ -201,7 +202,7 @@ func (b *Backend) applyAll(ops []op) error {
 		if err := apply(b.ipvs, b.programmed, o, now); err != nil {
 			return err
 		}
-		b.log.Debug("IPVS change", "op", o.String())
+		b.log.Debug("IPVS change", "op", o)
 	}
 	return nil
 }
@@ -234,10 +235,20 @@ func (b *Backend) cleanupScope() (func(vsKey) bool, netlink.Link, error) {
 		c.NodePortPrimary = false
 		nodePorts = nodePortAddrs(&c, plan.Node{}, local)
 	}
-	ours := func(k vsKey) bool {
-		return b.programmed[k] != nil || slices.Contains(onLink, k.addr) || slices.Contains(nodePorts, k.addr)
-	}
+	scope := addrSet(onLink, nodePorts)
+	ours := func(k vsKey) bool { return b.programmed[k] != nil || scope[k.addr] }
 	return ours, link, nil
+}
+
+// addrSet returns the addresses of lists as a set.
+func addrSet(lists ...[]netip.Addr) map[netip.Addr]bool {
+	set := map[netip.Addr]bool{}
+	for _, l := range lists {
+		for _, a := range l {
+			set[a] = true
+		}
+	}
+	return set
 }
 
 // keepDraining carries the draining marks of what was programmed over to
