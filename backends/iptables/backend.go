@@ -32,6 +32,7 @@ import (
 	"time"
 
 	goipt "github.com/coreos/go-iptables/iptables"
+	"github.com/weirproxy/weir/internal/sysctl"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -177,7 +178,7 @@ func (b *Backend) reconcile(ctx context.Context, p *plan.Plan) (syncStats, strin
 func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error) {
 	var st syncStats
 	if b.opts.LocalhostNodePorts && !b.localnet {
-		if err := setSysctl(b.opts.NetNS, "net/ipv4/conf/all/route_localnet", "1"); err != nil {
+		if err := sysctl.Set(b.opts.NetNS, "net/ipv4/conf/all/route_localnet", "1"); err != nil {
 			b.log.Warn("Cannot enable route_localnet; NodePorts on 127.0.0.1 will not work", "error", err)
 		}
 		b.localnet = true

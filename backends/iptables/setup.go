@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -270,13 +268,4 @@ func cleanupTable(ctx context.Context, netNS int, ipt *goipt.IPTables, t tools, 
 	}
 	text.WriteString("COMMIT\n")
 	return runRestore(ctx, netNS, t.restore, text.Bytes())
-}
-
-// setSysctl writes a sysctl of the network namespace netNS (0: the
-// caller's own), e.g. "net/ipv4/conf/all/route_localnet". A thread switched
-// into the namespace sees that namespace's /proc/sys/net.
-func setSysctl(netNS int, key, value string) error {
-	return inNetNS(netNS, func() error {
-		return os.WriteFile(filepath.Join("/proc/sys", key), []byte(value), 0o644)
-	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/internal/sysctl"
 	"github.com/weirproxy/weir/sdk/plan"
 	"golang.org/x/sys/unix"
 )
@@ -92,7 +93,7 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 
 func (b *Backend) fullSync(p *plan.Plan) error {
 	if !b.tables[0].synced && b.opts.LocalhostNodePorts {
-		if err := setSysctl(b.opts.NetNS, "net/ipv4/conf/all/route_localnet", "1"); err != nil {
+		if err := sysctl.Set(b.opts.NetNS, "net/ipv4/conf/all/route_localnet", "1"); err != nil {
 			b.log.Warn("Cannot enable route_localnet; NodePorts on 127.0.0.1 will not work", "error", err)
 		}
 	}
