@@ -6,43 +6,20 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 
-	"github.com/weirproxy/weir/internal/nsenter"
+	"github.com/weirproxy/weir/backends/internal/xtables"
 )
 
 // inNetNS runs fn in the network namespace netNS (0: the caller's own) on a
 // locked thread, so that processes fn starts inherit the namespace.
-func inNetNS(netNS int, fn func() error) error {
-	if netNS == 0 {
-		return fn()
-	}
-	return nsenter.Do(netNS, fn)
-}
+func inNetNS(netNS int, fn func() error) error { return xtables.InNetNS(netNS, fn) }
 
 // runTool runs bin with args and stdin inside netNS and returns its
 // standard output and standard error.
 func runTool(ctx context.Context, netNS int, stdin []byte, bin string, args ...string) (stdout, stderr []byte, err error) {
-	var out bytes.Buffer
-	stderr, err = runToolTo(ctx, netNS, stdin, &out, bin, args...)
-	return out.Bytes(), stderr, err
-}
-
-// runToolTo is runTool writing the tool's output to stdout.
-func runToolTo(ctx context.Context, netNS int, stdin []byte, stdout io.Writer, bin string, args ...string) (stderr []byte, err error) {
-	var errOut bytes.Buffer
-	err = inNetNS(netNS, func() error {
-		cmd := exec.CommandContext(ctx, bin, args...)
-		if stdin != nil {
-			cmd.Stdin = bytes.NewReader(stdin)
-		}
-		cmd.Stdout, cmd.Stderr = stdout, &errOut
-		return cmd.Run()
-	})
-	return errOut.Bytes(), err
+	return xtables.Output(ctx, netNS, stdin, bin, args...)
 }
 
 // runRestore feeds text to bin (an iptables-restore) inside netNS. It never
@@ -51,7 +28,7 @@ func runToolTo(ctx context.Context, netNS int, stdin []byte, stdout io.Writer, b
 // text lists (-S, see listFirst) is discarded. On failure the error quotes
 // the tool's complaint and the input line it names.
 func runRestore(ctx context.Context, netNS int, bin string, text []byte) error {
-	stderr, err := runToolTo(ctx, netNS, text, io.Discard, bin, "--noflush", "--wait")
+	stderr, err := xtables.Run(ctx, netNS, text, io.Discard, bin, "--noflush", "--wait")
 	if err != nil {
 		return restoreError(bin, text, stderr, err)
 	}
@@ -61,15 +38,7 @@ func runRestore(ctx context.Context, netNS int, bin string, text []byte) error {
 // runSave runs bin (an iptables-save) inside netNS, for one table or, when
 // table is empty, for every table the flavour has.
 func runSave(ctx context.Context, netNS int, bin, table string) ([]byte, error) {
-	var args []string
-	if table != "" {
-		args = []string{"-t", table}
-	}
-	out, stderr, err := runTool(ctx, netNS, nil, bin, args...)
-	if err != nil {
-		return nil, fmt.Errorf("iptables: %s: %w: %s", strings.Join(append([]string{bin}, args...), " "), err, firstLine(stderr))
-	}
-	return out, nil
+	return xtables.Save(ctx, netNS, bin, table)
 }
 
 // lineNumber finds the input line iptables-restore blames: legacy says
@@ -79,7 +48,7 @@ var lineNumber = regexp.MustCompile(`line:? (\d+)`)
 // restoreError describes a failed iptables-restore run: its complaint and,
 // when it names one, the failing line of the input.
 func restoreError(bin string, text, stderr []byte, err error) error {
-	msg := firstLine(stderr)
+	msg := xtables.FirstLine(stderr)
 	if msg == "" {
 		msg = err.Error()
 	}
@@ -101,16 +70,6 @@ type restoreFailure struct {
 
 func (e *restoreFailure) Error() string { return e.msg }
 func (e *restoreFailure) Unwrap() error { return e.err }
-
-// firstLine returns the first non-blank line of tool output.
-func firstLine(b []byte) string {
-	for line := range strings.Lines(string(b)) {
-		if s := strings.TrimSpace(line); s != "" {
-			return s
-		}
-	}
-	return ""
-}
 
 // inputLine returns line n (1-based) of text, or "" when there is none.
 func inputLine(text []byte, n int) string {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/weirproxy/weir/backends/internal/xtables"
 )
 
 func TestSplitRule(t *testing.T) {
@@ -46,7 +48,7 @@ func TestRestoreErrorQuotesTheFailingLine(t *testing.T) {
 	} {
 		err := restoreError("/usr/sbin/iptables-legacy-restore", text, []byte(stderr), errors.New("exit status 2"))
 		msg := err.Error()
-		if !strings.Contains(msg, firstLine([]byte(stderr))) || !strings.Contains(msg, `input line 3: "-A KUBE-X -m bogus -j ACCEPT"`) || !strings.Contains(msg, "table nat") {
+		if !strings.Contains(msg, xtables.FirstLine([]byte(stderr))) || !strings.Contains(msg, `input line 3: "-A KUBE-X -m bogus -j ACCEPT"`) || !strings.Contains(msg, "table nat") {
 			t.Errorf("error %q does not quote the complaint, the table and input line 3", msg)
 		}
 	}
@@ -69,16 +71,6 @@ func TestHasRules(t *testing.T) {
 	}
 }
 
-func TestCountRules(t *testing.T) {
-	save := "*mangle\n:PREROUTING ACCEPT [0:0]\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n*nat\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -j RETURN\nCOMMIT\n"
-	if hint, n := countRules([]byte(save)); !hint || n != 2 {
-		t.Errorf("countRules = %v, %d; want the hint and 2 rules", hint, n)
-	}
-	if hint, n := countRules([]byte("*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n")); hint || n != 0 {
-		t.Errorf("countRules of an empty table = %v, %d; want no hint, no rules", hint, n)
-	}
-}
-
 func TestUnknownFlavour(t *testing.T) {
 	if _, err := New(Options{Flavour: "iptables-ng"}); err == nil || !strings.Contains(err.Error(), "iptables-ng") {
 		t.Errorf("New with an unknown flavour: %v, want an error naming it", err)
@@ -86,9 +78,9 @@ func TestUnknownFlavour(t *testing.T) {
 }
 
 func TestMissingBinariesAreNamed(t *testing.T) {
-	saved := binDirs
-	t.Cleanup(func() { binDirs = saved })
-	binDirs = []string{t.TempDir()}
+	saved := xtables.BinDirs
+	t.Cleanup(func() { xtables.BinDirs = saved })
+	xtables.BinDirs = []string{t.TempDir()}
 	_, err := New(Options{Flavour: flavourLegacy})
 	if err == nil {
 		t.Fatal("New found the legacy binaries in an empty directory")

@@ -108,7 +108,7 @@ func New(opts Options) (*Backend, error) {
 		nl.Close()
 		return nil, fmt.Errorf("ipvs: open generic netlink socket: %w", err)
 	}
-	masq, err := newMasqLayer(context.Background(), nl, opts.Flavour)
+	masq, err := newMasqLayer(context.Background(), opts.NetNS, nl, opts.Flavour)
 	if err != nil {
 		h.Close()
 		nl.Close()

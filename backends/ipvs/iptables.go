@@ -4,23 +4,19 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 
 	goipt "github.com/coreos/go-iptables/iptables"
+	"github.com/weirproxy/weir/backends/internal/xtables"
 	"github.com/weirproxy/weir/internal/nsenter"
 )
 
 // The iptables flavours the rule layer can use.
 const (
-	FlavourNFT    = "nft"
-	FlavourLegacy = "legacy"
+	FlavourNFT    = xtables.NFT
+	FlavourLegacy = xtables.Legacy
 )
-
-// binDirs are where the iptables binaries are looked for, in order.
-var binDirs = []string{"/usr/sbin", "/sbin", "/usr/local/sbin"}
 
 // ruleTools are the binaries of one flavour for one family.
 type ruleTools struct {
@@ -28,66 +24,38 @@ type ruleTools struct {
 	iptables, restore string
 }
 
-// chooseFlavour resolves Options.Flavour: as asked, or for "" and "auto"
-// what `iptables --version` names ("nf_tables" or "legacy"), or nft when
-// that says nothing and nft's binaries exist.
-//
-// This duplicates, in small, backends/iptables's detection, which is not
-// exported (and decides from the rules present, as kube-proxy does).
+// chooseFlavour is chooseFlavourIn for the caller's own network namespace.
 func chooseFlavour(ctx context.Context, want string) (string, error) {
-	switch want {
-	case FlavourNFT, FlavourLegacy:
-		return want, nil
-	case "", "auto":
-	default:
-		return "", fmt.Errorf("ipvs: Options.Flavour %q: want auto, nft or legacy", want)
+	return chooseFlavourIn(ctx, 0, want)
+}
+
+// chooseFlavourIn resolves Options.Flavour as backends/iptables does: as
+// asked, or for "" and "auto" the flavour whose rules the network
+// namespace netNS already holds (see xtables.Choose).
+func chooseFlavourIn(ctx context.Context, netNS int, want string) (string, error) {
+	fl, err := xtables.Choose(ctx, netNS, want)
+	if err != nil {
+		return "", fmt.Errorf("ipvs: Options.Flavour %q: %w", want, err)
 	}
-	out, err := exec.CommandContext(ctx, "iptables", "--version").Output()
-	switch {
-	case err == nil && bytes.Contains(out, []byte("(legacy)")):
-		return FlavourLegacy, nil
-	case err == nil && bytes.Contains(out, []byte("(nf_tables)")):
-		return FlavourNFT, nil
-	case findBin("iptables-nft-restore") != "":
-		return FlavourNFT, nil
-	}
-	return FlavourLegacy, nil
+	return fl.Name, nil
 }
 
 // flavourTools returns the binaries of flavour fl for IPv4 and IPv6; the
 // error names every missing one.
 func flavourTools(fl string) ([]ruleTools, error) {
-	var out []ruleTools
-	var missing []string
-	for _, f := range []int{4, 6} {
-		base := "iptables-" + fl
-		if f == 6 {
-			base = "ip6tables-" + fl
-		}
-		t := ruleTools{family: f, iptables: findBin(base), restore: findBin(base + "-restore")}
-		for name, p := range map[string]string{base: t.iptables, base + "-restore": t.restore} {
-			if p == "" {
-				missing = append(missing, name)
-			}
-		}
-		out = append(out, t)
+	x, err := xtables.Lookup(fl)
+	if err != nil {
+		return nil, fmt.Errorf("ipvs: %w", err)
 	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("ipvs: iptables flavour %s needs %s, not found in %s",
-			fl, strings.Join(missing, ", "), strings.Join(binDirs, ", "))
-	}
-	return out, nil
+	return []ruleTools{
+		{family: 4, iptables: x.V4.Iptables, restore: x.V4.Restore},
+		{family: 6, iptables: x.V6.Iptables, restore: x.V6.Restore},
+	}, nil
 }
 
-func findBin(name string) string {
-	for _, d := range binDirs {
-		p := filepath.Join(d, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	return ""
-}
+// findBin returns the path of the executable name, or "" (see
+// xtables.FindBin).
+func findBin(name string) string { return xtables.FindBin(name) }
 
 // inNetNS runs fn in the network namespace netNS (0: the caller's own),
 // so that the processes it starts run there.

@@ -24,8 +24,8 @@ type masqLayer struct {
 }
 
 // newMasqLayer resolves the iptables flavour and its binaries.
-func newMasqLayer(ctx context.Context, sets ipsetConn, flavour string) (*masqLayer, error) {
-	fl, err := chooseFlavour(ctx, flavour)
+func newMasqLayer(ctx context.Context, netNS int, sets ipsetConn, flavour string) (*masqLayer, error) {
+	fl, err := chooseFlavourIn(ctx, netNS, flavour)
 	if err != nil {
 		return nil, err
 	}
