@@ -60,8 +60,11 @@ type Config struct {
 	Log LogConfig
 	// NFTables holds settings used only by the nftables backend.
 	NFTables NFTablesConfig
-	// IPTables holds settings used only by the iptables backend.
+	// IPTables holds settings of the iptables backend; its Backend also
+	// picks the iptables flavour of the IPVS backend's masquerade rules.
 	IPTables IPTablesConfig
+	// IPVS holds settings used only by the IPVS backend.
+	IPVS IPVSConfig
 	// Hooks holds settings shared by all hook plugins.
 	Hooks HooksConfig
 	// Plugins are the hook plugins, in the order they run. Nil when unset.
@@ -133,11 +136,35 @@ type NFTablesConfig struct {
 	Table string
 }
 
-// IPTablesConfig holds settings used only by the iptables backend.
+// IPTablesConfig holds settings of the iptables backend.
 type IPTablesConfig struct {
 	// Backend picks the iptables flavour: "auto" (the one the host already
-	// uses, like kube-proxy), "nft" or "legacy".
+	// uses, like kube-proxy), "nft" or "legacy". Mode ipvs writes its
+	// masquerade rules with this flavour too.
 	Backend string
+}
+
+// IPVSSchedulers are the IPVS schedulers ipvs.scheduler accepts, by their
+// kernel names. It is a copy of backends/ipvs.Schedulers, kept here so that
+// configuration does not pull in the backend's netlink dependencies; a
+// test in cmd/weir keeps the two equal.
+var IPVSSchedulers = []string{"rr", "wrr", "lc", "wlc", "sh", "dh", "sed", "nq", "mh"}
+
+// IPVSConfig holds settings used only by the IPVS backend, named after
+// kube-proxy's ipvs section where one exists.
+type IPVSConfig struct {
+	// Scheduler balances the services whose plan (after the hook plugins)
+	// names no scheduler, or one IPVS does not know; one of IPVSSchedulers.
+	Scheduler string
+	// StrictARP stops the node answering ARP for the service addresses on
+	// Interface (net.ipv4.conf.all.arp_ignore=1 and arp_announce=2, like
+	// kube-proxy's strictARP), as MetalLB and kube-vip need.
+	StrictARP bool
+	// GracePeriod bounds how long a removed endpoint's real server stays,
+	// at weight 0, while it still has connections.
+	GracePeriod time.Duration
+	// Interface is the dummy interface that holds every service address.
+	Interface string
 }
 
 // Default returns the configuration Weir uses when nothing is set.
@@ -157,6 +184,7 @@ func Default() *Config {
 		Log:                LogConfig{Format: "text", Level: "info"},
 		NFTables:           NFTablesConfig{Table: "weir"},
 		IPTables:           IPTablesConfig{Backend: "auto"},
+		IPVS:               IPVSConfig{Scheduler: "rr", GracePeriod: 15 * time.Minute, Interface: "weir-ipvs0"},
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
 		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
 		LocalhostNodePorts: true,

@@ -68,6 +68,7 @@ func TestDefault(t *testing.T) {
 		Log:                LogConfig{Format: "text", Level: "info"},
 		NFTables:           NFTablesConfig{Table: "weir"},
 		IPTables:           IPTablesConfig{Backend: "auto"},
+		IPVS:               IPVSConfig{Scheduler: "rr", GracePeriod: 15 * time.Minute, Interface: "weir-ipvs0"},
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
 		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
 		LocalhostNodePorts: true,
@@ -109,6 +110,10 @@ func TestNames(t *testing.T) {
 		{"log.level", "WEIR_LOG_LEVEL", "log-level"},
 		{"nftables.table", "WEIR_NFTABLES_TABLE", "nftables-table"},
 		{"iptables.backend", "WEIR_IPTABLES_BACKEND", "iptables-backend"},
+		{"ipvs.scheduler", "WEIR_IPVS_SCHEDULER", "ipvs-scheduler"},
+		{"ipvs.strictARP", "WEIR_IPVS_STRICT_ARP", "ipvs-strict-arp"},
+		{"ipvs.gracePeriod", "WEIR_IPVS_GRACE_PERIOD", "ipvs-grace-period"},
+		{"ipvs.interface", "WEIR_IPVS_INTERFACE", "ipvs-interface"},
 		{"hooks.cacheDir", "WEIR_HOOKS_CACHE_DIR", "hooks-cache-dir"},
 		{"plugins", "", ""},
 	}
@@ -257,6 +262,21 @@ func TestValues(t *testing.T) {
 		{"log and nftables",
 			input{yaml: "log:\n  format: json\n  level: error\nnftables:\n  table: kube-proxy_2\n"},
 			func(c *Config) { c.Log = LogConfig{"json", "error"}; c.NFTables.Table = "kube-proxy_2" }},
+		{"ipvs from YAML",
+			input{yaml: "mode: ipvs\nipvs:\n  scheduler: mh\n  strictARP: true\n  gracePeriod: 90s\n  interface: kube-ipvs0\n"},
+			func(c *Config) {
+				c.Mode = "ipvs"
+				c.IPVS = IPVSConfig{Scheduler: "mh", StrictARP: true, GracePeriod: 90 * time.Second, Interface: "kube-ipvs0"}
+			}},
+		{"ipvs from environment and flags",
+			input{env: []string{"WEIR_IPVS_SCHEDULER=wlc", "WEIR_IPVS_GRACE_PERIOD=1h"}, args: []string{"--ipvs-strict-arp", "--ipvs-interface=ipvs0", "--iptables-backend=legacy"}},
+			func(c *Config) {
+				c.IPVS = IPVSConfig{Scheduler: "wlc", StrictARP: true, GracePeriod: time.Hour, Interface: "ipvs0"}
+				c.IPTables.Backend = "legacy"
+			}},
+		{"ipvs scheduler: environment over file",
+			input{yaml: "ipvs: {scheduler: sed}\n", env: []string{"WEIR_IPVS_SCHEDULER=nq"}},
+			func(c *Config) { c.IPVS.Scheduler = "nq" }},
 		{"hooks cache folder",
 			input{args: []string{"--hooks-cache-dir=/tmp/weir-cache"}},
 			func(c *Config) { c.Hooks.CacheDir = "/tmp/weir-cache" }},
@@ -283,6 +303,17 @@ func TestValues(t *testing.T) {
 				t.Errorf("got  %+v\nwant %+v", got, want)
 			}
 		})
+	}
+}
+
+func TestIPVSSchedulers(t *testing.T) {
+	for _, name := range IPVSSchedulers {
+		got, err := load(t, input{args: []string{"--ipvs-scheduler", name}})
+		if err != nil {
+			t.Errorf("--ipvs-scheduler %s: %v", name, err)
+		} else if got.IPVS.Scheduler != name {
+			t.Errorf("--ipvs-scheduler %s: scheduler %q", name, got.IPVS.Scheduler)
+		}
 	}
 }
 

@@ -27,6 +27,7 @@ const (
 	allowedNodePorts  = "the single word primary on its own, or CIDRs such as 192.168.0.0/16 or fd00::/64, as a YAML list or comma-separated"
 	allowedBool       = "true or false"
 	allowedIfPrefix   = "an interface name prefix of 1 to 14 characters without spaces or slashes, such as veth or cali"
+	allowedIfName     = "an interface name of 1 to 15 characters without spaces, slashes or colons, such as weir-ipvs0"
 	allowedPositive   = "a duration greater than zero, such as 30s, 1m or 500ms"
 	allowedNonNeg     = "a duration of zero or more, such as 1s, 500ms or 0"
 	allowedHostPort   = "an IP address and port such as 127.0.0.1:10249, [::1]:10249, or :10249 for every address"
@@ -130,6 +131,12 @@ func nonEmpty(s string) bool { return s != "" }
 // isIfPrefix accepts what can start a Linux interface name, or nothing.
 func isIfPrefix(s string) bool {
 	return s == "" || (len(s) <= 14 && !strings.ContainsAny(s, " /\t\n:"))
+}
+
+// isIfName accepts a Linux interface name: 1 to 15 bytes (IFNAMSIZ less
+// the NUL), not "." or "..", without '/', whitespace or ':' (alias syntax).
+func isIfName(s string) bool {
+	return s != "" && len(s) <= 15 && s != "." && s != ".." && !strings.ContainsAny(s, " /\t\n:")
 }
 
 func anyString(string) bool { return true }
