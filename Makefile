@@ -66,6 +66,8 @@ test-vm: vm-tools
 	$(GO) run ./hack/vmtest --modules $(NFT_MODULES) $(BIN)/vm/nftables.test -test.run 'TestKernel|TestConformance' -test.v
 	$(GO) run ./hack/vmtest --modules $(IPT_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/iptables.test -test.run 'TestKernel|TestConformance' -test.v
 	$(GO) run ./hack/vmtest --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/ipvs.test -test.run TestKernel -test.v
+# weir sync --once and weir cleanup in mode ipvs end to end; the VM has no Go, so the test binary runs itself as weir
+	CGO_ENABLED=0 $(GO) test -tags vm -c -o $(BIN)/vm/weir.test ./cmd/weir/ && $(GO) run ./hack/vmtest --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/weir.test -test.run 'TestVMIPVS|TestIPVSConfig' -test.v
 
 ## vm-tools: installs QEMU and a static busybox for the VM tests when missing (Debian)
 vm-tools:

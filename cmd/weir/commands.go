@@ -14,6 +14,7 @@ import (
 
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/backends/iptables"
+	"github.com/weirproxy/weir/backends/ipvs"
 	"github.com/weirproxy/weir/backends/nftables"
 	"github.com/weirproxy/weir/core/config"
 	"github.com/weirproxy/weir/core/conntrack"
@@ -104,8 +105,42 @@ func newBackend(env *environment) (closingBackend, error) {
 		}
 		env.log.Info("Using iptables", "flavour", be.Flavour())
 		return be, nil
+	case "ipvs":
+		be, err := ipvs.New(ipvs.Options{
+			Common:      common,
+			Scheduler:   cfg.IPVS.Scheduler,
+			Interface:   cfg.IPVS.Interface,
+			StrictARP:   cfg.IPVS.StrictARP,
+			GracePeriod: cfg.IPVS.GracePeriod,
+			// The masquerade rules are written with iptables.backend's flavour.
+			Flavour: cfg.IPTables.Backend,
+		})
+		if err != nil {
+			return nil, err
+		}
+		// New succeeds without IPVS in the kernel (after trying to load
+		// ip_vs); every sync would then fail. Say why at once.
+		if !ipvsInKernel() {
+			be.Close()
+			return nil, fmt.Errorf("mode ipvs: this kernel has no IPVS (no %s): load the ip_vs module, or use mode nftables or iptables", procIPVS)
+		}
+		attrs := []any{"scheduler", cfg.IPVS.Scheduler, "interface", cfg.IPVS.Interface, "iptablesBackend", cfg.IPTables.Backend}
+		// The backend resolves "auto" itself; name the result if it tells.
+		if f, ok := any(be).(interface{ Flavour() string }); ok {
+			attrs = append(attrs, "flavour", f.Flavour())
+		}
+		env.log.Info("Using IPVS", attrs...)
+		return be, nil
 	}
-	return nil, fmt.Errorf("mode %q is not available in this build yet; use nftables or iptables", cfg.Mode)
+	return nil, fmt.Errorf("mode %q is unknown; use nftables, iptables or ipvs", cfg.Mode)
+}
+
+// procIPVS exists in every network namespace while the kernel has IPVS.
+const procIPVS = "/proc/net/ip_vs"
+
+func ipvsInKernel() bool {
+	_, err := os.Stat(procIPVS)
+	return err == nil
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.
@@ -225,28 +260,88 @@ func loadedProxy(ctx context.Context, env *environment, be backends.Backend, cha
 	return p, nil
 }
 
+// cleanupTargets are the modes, and flavours of iptables, runCleanup
+// cleans. The IPVS backend's masquerade rules are iptables rules too, in
+// either flavour.
+var cleanupTargets = []struct{ mode, flavour string }{
+	{"nftables", ""},
+	{"iptables", "legacy"}, {"iptables", "nft"},
+	{"ipvs", "nft"}, {"ipvs", "legacy"},
+}
+
 // runCleanup removes Weir's rules from every mode, like kube-proxy's
 // --cleanup, so that switching modes leaves nothing behind. Only a failure
-// in the configured mode fails the command; the others are logged.
+// in the configured mode fails the command: with iptables.backend nft or
+// legacy, that flavour's; with auto, a failure of every flavour. The
+// others, such as mode ipvs on a host without the ip_vs module, are logged.
 func runCleanup(env *environment) error {
-	var failed error
-	for _, m := range []struct{ mode, flavour string }{{"nftables", ""}, {"iptables", "legacy"}, {"iptables", "nft"}} {
-		cfg := *env.cfg
-		cfg.Mode = m.mode
-		if m.flavour != "" {
-			cfg.IPTables.Backend = m.flavour
+	errs := make([]error, len(cleanupTargets))
+	skip := env.cfg.Mode != "ipvs" && !ipvsInKernel()
+	if skip {
+		// No IPVS, no virtual servers; and cleaning up would try to load
+		// the ip_vs module on a node that may never have used it.
+		env.log.Info("Skipping mode ipvs: this kernel has no IPVS", "missing", procIPVS)
+	}
+	for i, m := range cleanupTargets {
+		if m.mode == "ipvs" && skip {
+			errs[i] = errSkipped
+			continue
 		}
-		err := cleanupMode(&environment{cfg: &cfg, log: env.log, flags: env.flags, stdout: env.stdout})
+		errs[i] = cleanupTarget(env, m.mode, m.flavour)
+	}
+	// The IPVS backend's flavours share the ipsets: a pass fails to destroy
+	// them while the other flavour's rules still use them. Once another pass
+	// of the same mode has succeeded, try each failed pass once more.
+	for i, m := range cleanupTargets {
+		if errs[i] != nil && errs[i] != errSkipped && succeeded(errs, m.mode, i) {
+			errs[i] = cleanupTarget(env, m.mode, m.flavour)
+		}
+	}
+	var failed error
+	seen := map[string]bool{} // two flavours of a mode often fail alike
+	for i, m := range cleanupTargets {
+		err := errs[i]
+		configured := m.mode == env.cfg.Mode && (m.flavour == "" || env.cfg.IPTables.Backend == m.flavour ||
+			(env.cfg.IPTables.Backend == "auto" && !succeeded(errs, m.mode, -1)))
 		switch {
+		case err == errSkipped:
 		case err == nil:
 			env.log.Info("Removed Weir's rules", "mode", m.mode, "flavour", m.flavour)
-		case m.mode == env.cfg.Mode && (m.flavour == "" || env.cfg.IPTables.Backend == m.flavour):
-			failed = errors.Join(failed, err)
+		case configured:
+			if !seen[err.Error()] {
+				seen[err.Error()] = true
+				failed = errors.Join(failed, err)
+			}
 		default:
-			env.log.Warn("Could not clean up another mode", "mode", m.mode, "flavour", m.flavour, "error", err)
+			env.log.Warn("Could not clean up a mode or flavour not in use", "mode", m.mode, "flavour", m.flavour, "error", err)
 		}
 	}
 	return failed
+}
+
+// errSkipped marks a cleanup pass that did not run.
+var errSkipped = errors.New("skipped")
+
+// succeeded reports whether a pass of mode other than the one at skip has
+// no error.
+func succeeded(errs []error, mode string, skip int) bool {
+	for i, m := range cleanupTargets {
+		if i != skip && m.mode == mode && errs[i] == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// cleanupTarget removes the rules of one mode, with one iptables flavour
+// when the mode has any, whatever env's mode is.
+func cleanupTarget(env *environment, mode, flavour string) error {
+	cfg := *env.cfg
+	cfg.Mode = mode
+	if flavour != "" {
+		cfg.IPTables.Backend = flavour
+	}
+	return cleanupMode(&environment{cfg: &cfg, log: env.log, flags: env.flags, stdout: env.stdout})
 }
 
 // cleanupMode removes the rules of env's configured mode.

@@ -1,0 +1,173 @@
+//go:build vm
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirproxy/weir/test/netns"
+)
+
+// The IPVS end-to-end test needs a kernel with IPVS, which the host lacks:
+// it builds only with the vm tag and runs inside the VM of `make test-vm`.
+// The VM has no Go toolchain, so the test binary doubles as weir: started
+// with runAsWeir set, it runs the command instead of the tests.
+const runAsWeir = "GO_TEST_RUN_AS_WEIR" // not WEIR_*: config rejects unknown WEIR_* variables
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsWeir) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// ipvsManifests is the demo's web service, written out here because the
+// VM holds only the test binary.
+const ipvsManifests = `apiVersion: v1
+kind: Node
+metadata:
+  name: ` + demoNode + `
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  type: ClusterIP
+  clusterIP: 10.96.0.10
+  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: default
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+  - {addresses: [10.244.0.11], conditions: {ready: true}, nodeName: ` + demoNode + `, targetRef: {kind: Pod, namespace: default, name: pod-a}}
+  - {addresses: [10.244.0.12], conditions: {ready: true}, nodeName: ` + demoNode + `, targetRef: {kind: Pod, namespace: default, name: pod-b}}
+  - {addresses: [10.244.0.13], conditions: {ready: true}, nodeName: ` + demoNode + `, targetRef: {kind: Pod, namespace: default, name: pod-c}}
+`
+
+// TestVMIPVS runs `weir sync --once` in mode ipvs, with a non-default
+// scheduler, interface and iptables flavour, in a node namespace: a client
+// outside the node reaches every pod through the cluster IP, the virtual
+// server has the scheduler and the masquerade chains the flavour. Then
+// `weir cleanup`, in the default mode, removes all of it.
+func TestVMIPVS(t *testing.T) {
+	netns.RequireRoot(t)
+	if !ipvsInKernel() {
+		t.Fatalf("no %s: the VM must load ip_vs", procIPVS)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(ipvsManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	const ifName = "weir-test0"
+	out := weirInVM(t, topo.Node, "sync", "--once", "--source-path", dir, "--node-name", demoNode,
+		"--mode", "ipvs", "--ipvs-scheduler", "wrr", "--ipvs-interface", ifName, "--iptables-backend", "legacy")
+	if want := `msg="Using IPVS" scheduler=wrr interface=` + ifName + ` iptablesBackend=legacy`; !strings.Contains(out, want) {
+		t.Errorf("weir sync did not log %s", want)
+	}
+	netns.WantPods(t, "after weir sync --once", netns.DialMany(t, topo.Client, webVIP, 30), "pod-a", "pod-b", "pod-c")
+
+	// The kernel's view, from inside the node.
+	var table []byte
+	var hasLink bool
+	var chains []byte
+	err := topo.Node.Do(func() error {
+		var err error
+		// /proc/net follows the process's namespace; thread-self, this thread's.
+		if table, err = os.ReadFile("/proc/thread-self/net/ip_vs"); err != nil {
+			return err
+		}
+		_, lerr := net.InterfaceByName(ifName)
+		hasLink = lerr == nil
+		chains, err = exec.Command("/usr/sbin/iptables-legacy", "-t", "nat", "-S").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("iptables-legacy -t nat -S: %w: %s", err, chains)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10.96.0.10:80 as /proc/net/ip_vs prints it.
+	if want := "TCP  0A60000A:0050 wrr"; !strings.Contains(string(table), want) {
+		t.Errorf("/proc/net/ip_vs has no %q:\n%s", want, table)
+	}
+	if !hasLink {
+		t.Errorf("no interface %s after sync", ifName)
+	}
+	if !strings.Contains(string(chains), "-N WEIR-IPVS-") {
+		t.Errorf("iptables-legacy has no WEIR-IPVS-* chains:\n%s", chains)
+	}
+
+	// cleanup in the default mode (nftables) removes mode ipvs's state too;
+	// it needs the interface's name to find it.
+	out = weirInVM(t, topo.Node, "cleanup", "--node-name", demoNode, "--ipvs-interface", ifName)
+	if want := `msg="Removed Weir's rules" mode=ipvs flavour=legacy`; !strings.Contains(out, want) {
+		t.Errorf("weir cleanup did not log %s", want)
+	}
+	if a, err := dialOnce(topo.Client, webVIP); err == nil {
+		t.Errorf("after weir cleanup the ClusterIP still answers: %s", a)
+	}
+	err = topo.Node.Do(func() error {
+		var err error
+		if table, err = os.ReadFile("/proc/thread-self/net/ip_vs"); err != nil {
+			return err
+		}
+		_, lerr := net.InterfaceByName(ifName)
+		hasLink = lerr == nil
+		chains, err = exec.Command("/usr/sbin/iptables-legacy", "-t", "nat", "-S").CombinedOutput()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(table), "0A60000A:0050") {
+		t.Errorf("after weir cleanup /proc/net/ip_vs still has the service:\n%s", table)
+	}
+	if hasLink {
+		t.Errorf("after weir cleanup interface %s still exists", ifName)
+	}
+	if strings.Contains(string(chains), "WEIR-IPVS-") {
+		t.Errorf("after weir cleanup iptables-legacy still has WEIR-IPVS-* rules:\n%s", chains)
+	}
+}
+
+// weirInVM runs this test binary as weir inside ns, fails the test unless
+// it exits 0, and returns its output. The process is started from a thread
+// inside ns, so all of it runs there (no `ip netns exec`).
+func weirInVM(t *testing.T, ns *netns.Namespace, args ...string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out []byte
+	err = ns.Do(func() error {
+		cmd := exec.CommandContext(ctx, self, args...)
+		cmd.Env = append(weirEnv(), runAsWeir+"=1")
+		var rerr error
+		out, rerr = cmd.CombinedOutput()
+		return rerr
+	})
+	t.Logf("weir %s:\n%s", strings.Join(args, " "), out)
+	if err != nil {
+		t.Fatalf("weir %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
