@@ -53,9 +53,9 @@ IPT_FILES   := $(subst $(space),$(comma),$(IPT_TOOLS) /usr/lib/x86_64-linux-gnu/
 
 # The modules the IPVS backend's kernel tests load in the VM: IPVS with
 # every scheduler it accepts, conntrack, the dummy and veth interfaces, and
-# for its masquerade layer the ipset types, both iptables flavours' nat
-# tables and the matches and targets its rules use.
-IPVS_MODULES := ip_vs,ip_vs_rr,ip_vs_wrr,ip_vs_lc,ip_vs_wlc,ip_vs_sh,ip_vs_dh,ip_vs_sed,ip_vs_nq,ip_vs_mh,nf_conntrack,dummy,veth,ip_set,ip_set_hash_ipport,ip_set_hash_ipportip,ip_set_bitmap_port,xt_set,ip_tables,iptable_nat,ip6_tables,ip6table_nat,nf_tables,nft_compat,nft_chain_nat,nf_nat,xt_mark,xt_addrtype,xt_MASQUERADE,xt_comment,xt_tcpudp
+# for its iptables layer the ipset types, both iptables flavours' nat and
+# filter tables and the matches and targets its rules use.
+IPVS_MODULES := ip_vs,ip_vs_rr,ip_vs_wrr,ip_vs_lc,ip_vs_wlc,ip_vs_sh,ip_vs_dh,ip_vs_sed,ip_vs_nq,ip_vs_mh,nf_conntrack,dummy,veth,ip_set,ip_set_hash_ipport,ip_set_hash_ipportip,ip_set_hash_ipportnet,xt_set,ip_tables,iptable_nat,iptable_filter,ip6_tables,ip6table_nat,ip6table_filter,nf_tables,nft_compat,nft_chain_nat,nf_nat,xt_mark,xt_conntrack,xt_MASQUERADE,xt_comment,xt_tcpudp
 
 ## test-vm: as root, the backends' kernel tests again inside a VM booting Debian 12's LTS kernel (test/vm; the kernel package is cached in ~/.cache/weir-vm)
 test-vm: vm-tools
@@ -65,7 +65,7 @@ test-vm: vm-tools
 	CGO_ENABLED=0 $(GO) test -tags vm -c -o $(BIN)/vm/ipvs.test ./backends/ipvs/
 	$(GO) run ./hack/vmtest --modules $(NFT_MODULES) $(BIN)/vm/nftables.test -test.run 'TestKernel|TestConformance' -test.v
 	$(GO) run ./hack/vmtest --modules $(IPT_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/iptables.test -test.run 'TestKernel|TestConformance' -test.v
-	$(GO) run ./hack/vmtest --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/ipvs.test -test.run TestKernel -test.v
+	$(GO) run ./hack/vmtest --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/ipvs.test -test.run 'TestKernel|TestConformance' -test.v
 # weir sync --once and weir cleanup in mode ipvs end to end; the VM has no Go, so the test binary runs itself as weir
 	CGO_ENABLED=0 $(GO) test -tags vm -c -o $(BIN)/vm/weir.test ./cmd/weir/ && $(GO) run ./hack/vmtest --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/weir.test -test.run 'TestVMIPVS|TestIPVSConfig' -test.v
 

@@ -78,6 +78,8 @@ type Backend struct {
 	// the service each virtual server belongs to.
 	services map[plan.Key]*serviceState
 	owner    map[vsKey]plan.Key
+	// marks are the short-circuit marks of the services.
+	marks *marks
 	// addrRefs counts the services using each address on the interface.
 	addrRefs map[netip.Addr]int
 	// nodePorts are the addresses node ports use; nodeAddrs the plan
@@ -141,6 +143,7 @@ func (b *Backend) reset() {
 	b.programmed = map[vsKey]*virtualServer{}
 	b.services = map[plan.Key]*serviceState{}
 	b.owner = map[vsKey]plan.Key{}
+	b.marks = newMarks()
 	b.addrRefs = map[netip.Addr]int{}
 	b.nodePorts, b.nodeAddrs = nil, nil
 }
@@ -156,7 +159,7 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 	if changed == nil || !b.synced || b.nodeChanged(p) {
 		err = b.fullSync(ctx, p)
 	} else {
-		err = b.partialSync(p, changed)
+		err = b.partialSync(ctx, p, changed)
 	}
 	b.synced = err == nil
 	return err

@@ -140,6 +140,9 @@ func toIpsetEntry(e setEntry) *netlink.IPSetEntry {
 	if e.addr2.IsValid() {
 		out.IP2 = e.addr2.AsSlice()
 	}
+	if e.bits2 > 0 {
+		out.CIDR2 = e.bits2
+	}
 	return out
 }
 
@@ -159,6 +162,10 @@ func fromIpsetEntry(s setSpec, n *netlink.IPSetEntry) (setEntry, bool) {
 	if ok && n.IP2 != nil {
 		e.addr2, ok = netip.AddrFromSlice(n.IP2)
 		e.addr2 = e.addr2.Unmap()
+	}
+	if s.kind == kindIPPortNet {
+		e.bits2 = n.CIDR2
+		ok = ok && e.addr2.IsValid() && n.CIDR2 > 0
 	}
 	return e, ok
 }

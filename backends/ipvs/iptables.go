@@ -98,12 +98,12 @@ func newIPTables(t ruleTools) (*goipt.IPTables, error) {
 func ensureJumps(netNS int, ipt *goipt.IPTables) error {
 	return inNetNS(netNS, func() error {
 		for _, j := range jumps {
-			ok, err := ipt.Exists("nat", j.from, j.spec()...)
+			ok, err := ipt.Exists(j.table, j.from, j.spec()...)
 			if err == nil && !ok {
-				err = ipt.Insert("nat", j.from, 1, j.spec()...)
+				err = ipt.Insert(j.table, j.from, 1, j.spec()...)
 			}
 			if err != nil {
-				return fmt.Errorf("ipvs: add jump nat %s -> %s: %w", j.from, j.to, err)
+				return fmt.Errorf("ipvs: add jump %s %s -> %s: %w", j.table, j.from, j.to, err)
 			}
 		}
 		return nil
@@ -115,17 +115,25 @@ func ensureJumps(netNS int, ipt *goipt.IPTables) error {
 func removeRules(netNS int, ipt *goipt.IPTables) error {
 	return inNetNS(netNS, func() error {
 		for _, j := range jumps {
-			if err := ipt.DeleteIfExists("nat", j.from, j.spec()...); err != nil {
-				return fmt.Errorf("ipvs: delete jump nat %s -> %s: %w", j.from, j.to, err)
-			}
-		}
-		for _, c := range natChains {
-			ok, err := ipt.ChainExists("nat", c)
+			// Without its target chain there is no jump, and iptables
+			// cannot even check for one.
+			ok, err := ipt.ChainExists(j.table, j.to)
 			if err == nil && ok {
-				err = ipt.ClearAndDeleteChain("nat", c)
+				err = ipt.DeleteIfExists(j.table, j.from, j.spec()...)
 			}
 			if err != nil {
-				return fmt.Errorf("ipvs: delete chain nat %s: %w", c, err)
+				return fmt.Errorf("ipvs: delete jump %s %s -> %s: %w", j.table, j.from, j.to, err)
+			}
+		}
+		for _, t := range layerChains {
+			for _, c := range t.chains {
+				ok, err := ipt.ChainExists(t.table, c)
+				if err == nil && ok {
+					err = ipt.ClearAndDeleteChain(t.table, c)
+				}
+				if err != nil {
+					return fmt.Errorf("ipvs: delete chain %s %s: %w", t.table, c, err)
+				}
 			}
 		}
 		return nil

@@ -61,7 +61,7 @@ func family(a netip.Addr) uint16 {
 // when only the key matters (deletes, dumps).
 func toService(k vsKey, vs *virtualServer) *ipvs.Service {
 	s := &ipvs.Service{Address: k.addr.AsSlice(), Protocol: protoNumber(k.proto), Port: k.port,
-		AddressFamily: family(k.addr), Netmask: 0xffffffff}
+		AddressFamily: family(k.addr), Netmask: 0xffffffff, FWMark: k.mark}
 	if k.addr.Is6() {
 		s.Netmask = 128 // a prefix length for IPv6
 	}
@@ -75,22 +75,31 @@ func toService(k vsKey, vs *virtualServer) *ipvs.Service {
 }
 
 // fromService returns the key and settings of a kernel virtual server;
-// false for ones Weir never makes (firewall marks, other protocols).
+// false for ones Weir never makes (marks outside its range, other
+// protocols).
 func fromService(s *ipvs.Service) (vsKey, *virtualServer, bool) {
+	var persistence uint32
+	if s.Flags&flagPersistent != 0 {
+		persistence = s.Timeout
+	}
+	vs := newVirtualServer(s.SchedName, persistence)
+	if s.FWMark != 0 {
+		f := 4
+		if s.AddressFamily == unix.AF_INET6 {
+			f = 6
+		}
+		return markKey(s.FWMark, f), vs, inMarkRange(s.FWMark)
+	}
 	a, ok := netip.AddrFromSlice(s.Address)
 	proto, known := protoOf(s.Protocol)
-	if !ok || !known || s.FWMark != 0 {
+	if !ok || !known {
 		return vsKey{}, nil, false
 	}
 	a = a.Unmap()
 	if s.AddressFamily == unix.AF_INET6 {
 		a = netip.AddrFrom16(a.As16())
 	}
-	var persistence uint32
-	if s.Flags&flagPersistent != 0 {
-		persistence = s.Timeout
-	}
-	return vsKey{addr: a, proto: proto, port: s.Port}, newVirtualServer(s.SchedName, persistence), true
+	return vsKey{addr: a, proto: proto, port: s.Port}, vs, true
 }
 
 func toDestination(a netip.AddrPort, weight int32) *ipvs.Destination {

@@ -53,15 +53,24 @@ func linkAddrs(h *netlink.Handle, l netlink.Link) ([]netip.Addr, error) {
 }
 
 // hostAddr returns a as a netlink address with a host prefix (/32, /128).
-// IPv6 addresses skip duplicate address detection so they work at once.
+// IPv6 addresses skip duplicate address detection so they work at once,
+// and are deprecated (valid forever, preferred for no time): IPv6 source
+// selection would otherwise pick a service address, the longest match,
+// for the node's own connections and for masquerading towards pods. A
+// deprecated address still receives, and is still the source of
+// connections to itself.
 func hostAddr(a netip.Addr) *netlink.Addr {
 	bits := a.BitLen()
 	na := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, bits)}}
 	if a.Is6() {
 		na.Flags = unix.IFA_F_NODAD
+		na.ValidLft, na.PreferedLft = lifetimeForever, 0
 	}
 	return na
 }
+
+// lifetimeForever is the kernel's infinite address lifetime.
+const lifetimeForever = 0xffffffff
 
 func addAddr(h *netlink.Handle, l netlink.Link, a netip.Addr) error {
 	if err := h.AddrReplace(l, hostAddr(a)); err != nil {

@@ -30,6 +30,16 @@ const (
 	// setHairpin holds endpoint, protocol and port, endpoint: an endpoint
 	// reaching itself through a service.
 	setHairpin = "WEIR-IPVS-HAIRPIN"
+	// setDrop holds the destinations whose traffic policy is Local and
+	// whose service has endpoints, none of them on this node: new
+	// connections are dropped (IPVS would refuse them).
+	setDrop = "WEIR-IPVS-DROP"
+	// setFirewall holds the load-balancer destinations of services with
+	// loadBalancerSourceRanges.
+	setFirewall = "WEIR-IPVS-FIREWALL"
+	// setSourceRanges holds load-balancer IP, protocol and port, allowed
+	// source range: what setFirewall's destinations accept.
+	setSourceRanges = "WEIR-IPVS-SOURCE-RANGES"
 	// setSuffix6 ends the names of the IPv6 sets.
 	setSuffix6 = "-6"
 )
@@ -49,7 +59,10 @@ func allSets() []setSpec {
 			setSpec{familySet(setClusterIP, f), "hash:ip,port", f},
 			setSpec{familySet(setExternal, f), "hash:ip,port", f},
 			setSpec{familySet(setExternalLocal, f), "hash:ip,port", f},
-			setSpec{familySet(setHairpin, f), "hash:ip,port,ip", f})
+			setSpec{familySet(setHairpin, f), "hash:ip,port,ip", f},
+			setSpec{familySet(setDrop, f), "hash:ip,port", f},
+			setSpec{familySet(setFirewall, f), "hash:ip,port", f},
+			setSpec{familySet(setSourceRanges, f), kindIPPortNet, f})
 	}
 	return out
 }
@@ -68,14 +81,18 @@ func familyOf(a netip.Addr) int {
 	return 6
 }
 
+// kindIPPortNet is the type of the sets whose third part is a network.
+const kindIPPortNet = "hash:ip,port,net"
+
 // setEntry is one member of one set; addr2 is set only in the hairpin
-// sets.
+// and source-range sets, bits2 (addr2's prefix length) only in the latter.
 type setEntry struct {
 	set   string
 	addr  netip.Addr
 	proto plan.Protocol
 	port  uint16
 	addr2 netip.Addr
+	bits2 uint8
 }
 
 // String formats the entry as the ipset tool lists it, after the set name.
@@ -84,12 +101,15 @@ func (e setEntry) String() string {
 	if e.addr2.IsValid() {
 		s += "," + e.addr2.String()
 	}
+	if e.bits2 > 0 {
+		s += fmt.Sprintf("/%d", e.bits2)
+	}
 	return s
 }
 
 func (e setEntry) compare(o setEntry) int {
 	return cmp.Or(cmp.Compare(e.set, o.set), e.addr.Compare(o.addr), cmp.Compare(e.proto, o.proto),
-		cmp.Compare(e.port, o.port), e.addr2.Compare(o.addr2))
+		cmp.Compare(e.port, o.port), e.addr2.Compare(o.addr2), cmp.Compare(e.bits2, o.bits2))
 }
 
 // masqEntries returns the set entries one service needs for the virtual
@@ -107,12 +127,17 @@ func masqEntries(svc *plan.Service, st *serviceState) []setEntry {
 		}
 	}
 	for _, k := range st.keys() {
-		for _, e := range destEntries(svc, k) {
-			add(e)
+		if k.mark == 0 {
+			for _, e := range destEntries(svc, k) {
+				add(e)
+			}
+			for _, e := range filterEntries(svc, k, st.servers[k]) {
+				add(e)
+			}
 		}
 		for r := range st.servers[k].reals {
 			a := r.Addr()
-			add(setEntry{set: familySet(setHairpin, familyOf(a)), addr: a, proto: k.proto, port: r.Port(), addr2: a})
+			add(setEntry{set: familySet(setHairpin, familyOf(a)), addr: a, proto: svc.Key.Protocol, port: r.Port(), addr2: a})
 		}
 	}
 	slices.SortFunc(out, setEntry.compare)
@@ -125,7 +150,7 @@ func masqEntries(svc *plan.Service, st *serviceState) []setEntry {
 // externalTrafficPolicy Local.
 func destEntries(svc *plan.Service, k vsKey) []setEntry {
 	f := familyOf(k.addr)
-	if k.port == svc.Port && slices.ContainsFunc(svc.ClusterIPs, func(a netip.Addr) bool { return a.Unmap() == k.addr }) {
+	if isClusterIP(svc, k) {
 		return []setEntry{{set: familySet(setClusterIP, f), addr: k.addr, proto: k.proto, port: k.port}}
 	}
 	out := []setEntry{{set: familySet(setExternal, f), addr: k.addr, proto: k.proto, port: k.port}}
@@ -133,4 +158,37 @@ func destEntries(svc *plan.Service, k vsKey) []setEntry {
 		out = append(out, setEntry{set: familySet(setExternalLocal, f), addr: k.addr, proto: k.proto, port: k.port})
 	}
 	return out
+}
+
+// filterEntries returns the entries the filter rules need for the virtual
+// server k of svc: a drop entry when k has no real server to send new
+// connections to although svc has endpoints of k's family (elsewhere, as
+// its traffic policy is Local), and the firewall entries of a
+// load-balancer IP with source ranges. A service without any endpoint of
+// the family needs nothing: IPVS refuses its connections itself.
+func filterEntries(svc *plan.Service, k vsKey, vs *virtualServer) []setEntry {
+	f := familyOf(k.addr)
+	var out []setEntry
+	if !vs.accepts() && slices.ContainsFunc(svc.Endpoints, func(e plan.Endpoint) bool { return familyOf(e.Address.Unmap()) == f }) {
+		out = append(out, setEntry{set: familySet(setDrop, f), addr: k.addr, proto: k.proto, port: k.port})
+	}
+	if len(svc.SourceRanges) == 0 || k.port != svc.Port || !slices.ContainsFunc(svc.LoadBalancerIPs, func(a netip.Addr) bool { return a.Unmap() == k.addr }) {
+		return out
+	}
+	var allowed []setEntry
+	for _, r := range svc.SourceRanges {
+		a := r.Addr().Unmap()
+		if familyOf(a) != f {
+			continue
+		}
+		bits := r.Bits() - (r.Addr().BitLen() - a.BitLen()) // a mapped range's length, unmapped
+		if bits <= 0 {
+			return out // the whole family is allowed (hash:net cannot hold /0)
+		}
+		r = netip.PrefixFrom(a, bits).Masked()
+		allowed = append(allowed, setEntry{set: familySet(setSourceRanges, f), addr: k.addr, proto: k.proto, port: k.port,
+			addr2: r.Addr(), bits2: uint8(r.Bits())})
+	}
+	out = append(out, setEntry{set: familySet(setFirewall, f), addr: k.addr, proto: k.proto, port: k.port})
+	return append(out, allowed...)
 }

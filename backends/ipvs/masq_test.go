@@ -45,7 +45,7 @@ WEIR-IPVS-HAIRPIN 10.244.1.12,TCP:8080,10.244.1.12
 WEIR-IPVS-HAIRPIN-6 fd00:10:244::11,TCP:8080,fd00:10:244::11`}, {sctp, `WEIR-IPVS-CLUSTER-IP 10.96.0.12,SCTP:9
 WEIR-IPVS-EXTERNAL 172.30.0.1,SCTP:30009
 WEIR-IPVS-HAIRPIN 10.244.0.11,SCTP:9,10.244.0.11`}} {
-		st := desiredService(tc.svc, nodeIPs, "rr")
+		st := desiredService(tc.svc, nodeIPs, "rr", 0)
 		if got := entryLines(masqEntries(tc.svc, st)); got != tc.want {
 			t.Errorf("%s: got\n%s\nwant\n%s", tc.svc.Key, got, tc.want)
 		}
@@ -88,7 +88,7 @@ func TestRenderNAT(t *testing.T) {
 		{"interface", backends.Common{LocalDetector: backends.DetectInterfaceNamePrefix, PodInterfacePrefix: "veth"}, 6, plan.Node{},
 			[]string{"-i veth+ -j RETURN", "-g WEIR-IPVS-MARK-MASQ"}},
 	} {
-		text := string(renderNAT(tc.f, &tc.o, tc.node))
+		text := string(renderRules(tc.f, &tc.o, tc.node, nil))
 		var got []string
 		for line := range strings.Lines(text) {
 			if r, ok := strings.CutPrefix(strings.TrimSpace(line), "-A "+chainClusterIP+" "); ok {
@@ -99,7 +99,7 @@ func TestRenderNAT(t *testing.T) {
 			t.Errorf("%s: cluster-IP rules %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	text := string(renderNAT(6, &backends.Common{}, plan.Node{}))
+	text := string(renderRules(6, &backends.Common{}, plan.Node{}, nil))
 	for _, want := range []string{":WEIR-IPVS-POSTROUTING - [0:0]\n",
 		"-A WEIR-IPVS-SERVICES -m set --match-set WEIR-IPVS-CLUSTER-IP-6 dst,dst -g WEIR-IPVS-CLUSTER-IP\n",
 		"-A WEIR-IPVS-SERVICES -m set --match-set WEIR-IPVS-EXTERNAL-LOCAL-6 dst,dst -j RETURN\n",

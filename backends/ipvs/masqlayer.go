@@ -2,6 +2,7 @@ package ipvs
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -21,6 +22,10 @@ type masqLayer struct {
 	refs map[setEntry]int
 	// podCIDRs are the node's pod CIDRs the rules were written with.
 	podCIDRs []netip.Prefix
+	// marks are the short-circuit rules of every service; marksChanged is
+	// true when they differ from those in the kernel's mangle table.
+	marks        map[markRule]int
+	marksChanged bool
 }
 
 // newMasqLayer resolves the iptables flavour and its binaries.
@@ -33,7 +38,7 @@ func newMasqLayer(ctx context.Context, netNS int, sets ipsetConn, flavour string
 	if err != nil {
 		return nil, err
 	}
-	m := &masqLayer{sets: sets, tools: tools, refs: map[setEntry]int{}}
+	m := &masqLayer{sets: sets, tools: tools, refs: map[setEntry]int{}, marks: map[markRule]int{}}
 	for _, t := range tools {
 		ipt, err := newIPTables(t)
 		if err != nil {
@@ -53,10 +58,13 @@ func (m *masqLayer) rulesStale(o *backends.Common, node plan.Node) bool {
 // syncFull makes the sets hold the entries of services, reading them
 // back, and rewrites the rules of both families.
 func (m *masqLayer) syncFull(ctx context.Context, o *backends.Common, node plan.Node, services map[plan.Key]*serviceState) error {
-	m.refs = map[setEntry]int{}
+	m.refs, m.marks, m.marksChanged = map[setEntry]int{}, map[markRule]int{}, false
 	for _, st := range services {
 		for _, e := range st.entries {
 			m.refs[e]++
+		}
+		for _, r := range st.marks {
+			m.marks[r]++
 		}
 	}
 	if err := ensureSets(m.sets); err != nil {
@@ -65,7 +73,7 @@ func (m *masqLayer) syncFull(ctx context.Context, o *backends.Common, node plan.
 	errs := []error{reconcileSets(m.sets, m.refs)}
 	m.podCIDRs = slices.Clone(node.PodCIDRs)
 	for i, t := range m.tools {
-		err := restore(ctx, o.NetNS, t, renderNAT(t.family, o, node))
+		err := restore(ctx, o.NetNS, t, renderRules(t.family, o, node, m.markRules()))
 		if err == nil {
 			err = ensureJumps(o.NetNS, m.ipts[i])
 		}
@@ -74,9 +82,49 @@ func (m *masqLayer) syncFull(ctx context.Context, o *backends.Common, node plan.
 	return firstOf(errs)
 }
 
-// syncService moves one service's entries from old to new.
+// syncService moves one service's entries from old to new, and notes
+// whether its short-circuit rules changed.
 func (m *masqLayer) syncService(old, new *serviceState) error {
+	var before, after []markRule
+	if old != nil {
+		before = old.marks
+	}
+	if new != nil {
+		after = new.marks
+	}
+	if !slices.Equal(before, after) {
+		for _, r := range before {
+			if m.marks[r]--; m.marks[r] <= 0 {
+				delete(m.marks, r)
+			}
+		}
+		for _, r := range after {
+			m.marks[r]++
+		}
+		m.marksChanged = true
+	}
 	return updateSets(m.sets, m.refs, entriesOf(old), entriesOf(new))
+}
+
+// writeMarks rewrites the mangle table's short-circuit rules of both
+// families when services changed them since they were last written.
+func (m *masqLayer) writeMarks(ctx context.Context, o *backends.Common, node plan.Node) error {
+	if !m.marksChanged {
+		return nil
+	}
+	rules := m.markRules()
+	var errs []error
+	for _, t := range m.tools {
+		errs = append(errs, restore(ctx, o.NetNS, t, []byte(renderMangle(t.family, o, node, rules))))
+	}
+	err := firstOf(errs)
+	m.marksChanged = err != nil
+	return err
+}
+
+// markRules returns the short-circuit rules in a stable order.
+func (m *masqLayer) markRules() []markRule {
+	return slices.SortedFunc(maps.Keys(m.marks), markRule.compare)
 }
 
 // cleanup removes the rules, then the sets they use.
@@ -86,7 +134,7 @@ func (m *masqLayer) cleanup(netNS int) error {
 		errs = append(errs, removeRules(netNS, ipt))
 	}
 	errs = append(errs, destroySets(m.sets))
-	m.refs, m.podCIDRs = map[setEntry]int{}, nil
+	m.refs, m.podCIDRs, m.marks, m.marksChanged = map[setEntry]int{}, nil, map[markRule]int{}, false
 	return firstOf(errs)
 }
 

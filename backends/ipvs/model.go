@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -14,36 +15,44 @@ import (
 // for proportions.
 const maxWeight = 65535
 
-// vsKey identifies one IPVS virtual server.
+// vsKey identifies one IPVS virtual server: an address, protocol and port,
+// or a firewall mark (then addr is the unspecified address of the
+// family, and proto and port are empty: the kernel keeps neither).
 type vsKey struct {
 	addr  netip.Addr
 	proto plan.Protocol
 	port  uint16
+	mark  uint32
 }
 
-// String formats the key as ipvsadm lists it, e.g. "TCP 10.96.0.10:80".
+// markKey returns the key of the firewall-mark virtual server of family
+// f (4 or 6).
+func markKey(mark uint32, f int) vsKey {
+	if f == 4 {
+		return vsKey{addr: netip.IPv4Unspecified(), mark: mark}
+	}
+	return vsKey{addr: netip.IPv6Unspecified(), mark: mark}
+}
+
+// String formats the key as ipvsadm lists it, e.g. "TCP 10.96.0.10:80"
+// or "FWM 65537 IPv6".
 func (k vsKey) String() string {
+	if k.mark != 0 {
+		return fmt.Sprintf("FWM %d IPv%d", k.mark, familyOf(k.addr))
+	}
 	return string(k.proto) + " " + netip.AddrPortFrom(k.addr, k.port).String()
 }
 
 func (k vsKey) compare(o vsKey) int {
-	if c := k.addr.Compare(o.addr); c != 0 {
-		return c
-	}
-	if k.proto != o.proto {
-		if k.proto < o.proto {
-			return -1
-		}
-		return 1
-	}
-	return int(k.port) - int(o.port)
+	return cmp.Or(k.addr.Compare(o.addr), cmp.Compare(k.proto, o.proto), cmp.Compare(k.port, o.port), cmp.Compare(k.mark, o.mark))
 }
 
 // graceful reports whether a removed real server of this virtual server
 // keeps its connections until they end. UDP and SCTP real servers are
 // deleted at once; with expire_nodest_conn their flows move on with the
-// next packet (as kube-proxy does).
-func (k vsKey) graceful() bool { return k.proto == plan.TCP }
+// next packet (as kube-proxy does). Firewall-mark virtual servers do not
+// know their protocol and always drain.
+func (k vsKey) graceful() bool { return k.proto == plan.TCP || k.mark != 0 }
 
 // virtualServer is one virtual server as wanted or as programmed.
 type virtualServer struct {
@@ -60,6 +69,17 @@ type virtualServer struct {
 func newVirtualServer(scheduler string, persistence uint32) *virtualServer {
 	return &virtualServer{scheduler: scheduler, persistence: persistence,
 		reals: map[netip.AddrPort]int32{}, draining: map[netip.AddrPort]time.Time{}}
+}
+
+// accepts reports whether some real server takes new connections (has a
+// positive weight).
+func (v *virtualServer) accepts() bool {
+	for _, w := range v.reals {
+		if w > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // sameConfig reports whether v and o have the same scheduler and persistence.
@@ -90,6 +110,9 @@ type serviceState struct {
 	addrs   []netip.Addr
 	// entries are the ipset entries of the masquerade layer it needs.
 	entries []setEntry
+	// marks are the destinations whose node and pod traffic goes to the
+	// service's firewall-mark virtual servers, with the mark.
+	marks []markRule
 }
 
 // keys returns the service's virtual server keys in order.
@@ -101,10 +124,11 @@ func (s *serviceState) keys() []vsKey {
 }
 
 // desiredService computes the virtual servers of one plan service: one per
-// cluster IP, external IP and load-balancer IP on the service port, and
-// one per node-port address on the node port. It returns nil when the
+// cluster IP, external IP and load-balancer IP on the service port, one
+// per node-port address on the node port, and with a mark (see
+// needsMark) the short-circuit virtual servers. It returns nil when the
 // service needs nothing (e.g. an unsupported protocol).
-func desiredService(svc *plan.Service, nodePortAddrs []netip.Addr, defaultScheduler string) *serviceState {
+func desiredService(svc *plan.Service, nodePortAddrs []netip.Addr, defaultScheduler string, mark uint32) *serviceState {
 	if svc == nil || protoNumber(svc.Key.Protocol) == 0 {
 		return nil
 	}
@@ -141,6 +165,9 @@ func desiredService(svc *plan.Service, nodePortAddrs []netip.Addr, defaultSchedu
 				add(a, svc.NodePort, svc.ExternalLocal)
 			}
 		}
+	}
+	if mark != 0 {
+		st.shortCircuit(svc, sched, persistence, mark)
 	}
 	if len(st.servers) == 0 {
 		return nil

@@ -77,7 +77,7 @@ TCP 198.51.100.5:80: wlc 10.244.0.11:8080 w1`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.svc.Key.Name, func(t *testing.T) {
-			if got := describe(desiredService(tt.svc, nodeIPs, "wlc")); got != tt.want {
+			if got := describe(desiredService(tt.svc, nodeIPs, "wlc", 0)); got != tt.want {
 				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
 			}
 		})
@@ -88,7 +88,7 @@ func TestDesiredServiceAddresses(t *testing.T) {
 	s := service("web", plan.TCP, 80, 30080, []string{"10.96.0.10"})
 	s.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("10.96.0.10")}
 	s.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("198.51.100.5")}
-	st := desiredService(s, nodeIPs, "rr")
+	st := desiredService(s, nodeIPs, "rr", 0)
 	want := []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("198.51.100.5")}
 	if !slices.Equal(st.addrs, want) {
 		t.Errorf("interface addresses: got %v, want %v (node addresses never; each once)", st.addrs, want)
@@ -96,10 +96,10 @@ func TestDesiredServiceAddresses(t *testing.T) {
 }
 
 func TestDesiredServiceNothingToProgram(t *testing.T) {
-	if st := desiredService(service("none", plan.TCP, 80, 0, nil), nodeIPs, "rr"); st != nil {
+	if st := desiredService(service("none", plan.TCP, 80, 0, nil), nodeIPs, "rr", 0); st != nil {
 		t.Errorf("service without addresses or node port: got %s, want nil", describe(st))
 	}
-	if st := desiredService(service("odd", "ICMP", 80, 0, []string{"10.96.0.1"}), nodeIPs, "rr"); st != nil {
+	if st := desiredService(service("odd", "ICMP", 80, 0, []string{"10.96.0.1"}), nodeIPs, "rr", 0); st != nil {
 		t.Errorf("unknown protocol: got %s, want nil", describe(st))
 	}
 }
@@ -161,7 +161,7 @@ func TestOptionsDefaultsAndValidation(t *testing.T) {
 }
 
 func TestVirtualServerKeysSorted(t *testing.T) {
-	st := desiredService(service("web", plan.TCP, 80, 30080, []string{"10.96.0.10", "fd00:10:96::10"}), nodeIPs, "rr")
+	st := desiredService(service("web", plan.TCP, 80, 30080, []string{"10.96.0.10", "fd00:10:96::10"}), nodeIPs, "rr", 0)
 	keys := st.keys()
 	if !slices.IsSortedFunc(keys, vsKey.compare) || len(keys) != len(slices.Collect(maps.Keys(st.servers))) {
 		t.Errorf("keys %v not sorted or incomplete", keys)

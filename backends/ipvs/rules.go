@@ -9,7 +9,8 @@ import (
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
-// The chains of the fixed iptables layer, all in the nat table.
+// The chains of the fixed iptables layer: four in the nat table, one in
+// the filter table.
 const (
 	// chainServices, jumped to from PREROUTING and OUTPUT, marks the
 	// packets to service addresses that must be masqueraded.
@@ -22,6 +23,17 @@ const (
 	// chainPostrouting, jumped to from POSTROUTING, masquerades marked
 	// and hairpin packets.
 	chainPostrouting = "WEIR-IPVS-POSTROUTING"
+	// chainFilter, in the filter table and jumped to from INPUT, drops new
+	// connections that source ranges or Local traffic policies refuse,
+	// before IPVS (on LOCAL_IN, after the filter table) sees them.
+	chainFilter = "WEIR-IPVS-FILTER"
+	// chainMarkPods and chainMarkNode, in the mangle table and jumped to
+	// from PREROUTING and OUTPUT, send pod and node traffic to Local
+	// services' external destinations to chainShortCircuit, which marks
+	// it (see shortcircuit.go).
+	chainMarkPods     = "WEIR-IPVS-MARK-PODS"
+	chainMarkNode     = "WEIR-IPVS-MARK-NODE"
+	chainShortCircuit = "WEIR-IPVS-SHORT-CIRCUIT"
 )
 
 // The masquerade mark, kube-proxy's bit, as the other backends use it.
@@ -29,51 +41,81 @@ const (
 	masqMark = "0x4000"
 )
 
-// natChains lists the layer's chains in declaration order.
-var natChains = []string{chainServices, chainClusterIP, chainMarkMasq, chainPostrouting}
+// layerChains lists the layer's chains per table, in declaration order.
+var layerChains = []struct {
+	table  string
+	chains []string
+}{
+	{"nat", []string{chainServices, chainClusterIP, chainMarkMasq, chainPostrouting}},
+	{"filter", []string{chainFilter}},
+	{"mangle", []string{chainMarkPods, chainMarkNode, chainShortCircuit}},
+}
 
-// jump is a rule in a built-in chain of the nat table sending packets to
-// one of the layer's chains.
+// jump is a rule in a built-in chain sending packets to one of the
+// layer's chains.
 type jump struct {
-	from, to, comment string
+	table, from, to, comment string
 }
 
 // jumps are the layer's rules in the built-in chains.
 var jumps = []jump{
-	{"PREROUTING", chainServices, "weir IPVS service masquerading"},
-	{"OUTPUT", chainServices, "weir IPVS service masquerading"},
-	{"POSTROUTING", chainPostrouting, "weir IPVS masquerading"},
+	{"nat", "PREROUTING", chainServices, "weir IPVS service masquerading"},
+	{"nat", "OUTPUT", chainServices, "weir IPVS service masquerading"},
+	{"nat", "POSTROUTING", chainPostrouting, "weir IPVS masquerading"},
+	{"filter", "INPUT", chainFilter, "weir IPVS source ranges and Local-policy drops"},
+	{"mangle", "PREROUTING", chainMarkPods, "weir IPVS pod traffic to Local services"},
+	{"mangle", "OUTPUT", chainMarkNode, "weir IPVS node traffic to Local services"},
 }
 
 func (j jump) spec() []string {
 	return []string{"-m", "comment", "--comment", j.comment, "-j", j.to}
 }
 
-// renderNAT returns the iptables-restore input of the nat table for
-// family f (4 or 6): every chain declared, which flushes it, and its
-// rules. It depends only on the options and the node's pod CIDRs.
-func renderNAT(f int, o *backends.Common, node plan.Node) []byte {
+// renderRules returns the iptables-restore input of family f (4 or 6):
+// the nat, filter and mangle tables with every chain of the layer
+// declared, which flushes it, and its rules. Only the mangle table depends
+// on the services (their short-circuit marks); the rest depends on the
+// options and the node's pod CIDRs.
+func renderRules(f int, o *backends.Common, node plan.Node, marks []markRule) []byte {
 	var b strings.Builder
-	b.WriteString("*nat\n")
-	for _, c := range natChains {
-		b.WriteString(":" + c + " - [0:0]\n")
-	}
 	rule := func(chain string, args ...string) {
 		b.WriteString("-A " + chain + " " + strings.Join(args, " ") + "\n")
 	}
-	match := func(set, dirs string) string { return "-m set --match-set " + set + " " + dirs }
-	rule(chainServices, match(familySet(setClusterIP, f), "dst,dst"), "-g", chainClusterIP)
-	rule(chainServices, match(familySet(setExternalLocal, f), "dst,dst"), "-j RETURN")
-	rule(chainServices, match(familySet(setExternal, f), "dst,dst"), "-g", chainMarkMasq)
+	match := func(set, dirs string) string { return "-m set --match-set " + familySet(set, f) + " " + dirs }
+	declare := func(table string, chains []string) {
+		b.WriteString("*" + table + "\n")
+		for _, c := range chains {
+			b.WriteString(":" + c + " - [0:0]\n")
+		}
+	}
+	declare(layerChains[0].table, layerChains[0].chains)
+	// Short-circuited packets must keep their mark exactly.
+	rule(chainServices, "-m mark --mark", markMatch, "-j RETURN")
+	// The node's own connections to a service address it holds leave from
+	// that address (its own, and the best match): masqueraded, the
+	// endpoint sees the node.
+	rule(chainServices, match(setClusterIP, "src,dst"), "-g", chainMarkMasq)
+	rule(chainServices, match(setExternal, "src,dst"), "-g", chainMarkMasq)
+	rule(chainServices, match(setClusterIP, "dst,dst"), "-g", chainClusterIP)
+	rule(chainServices, match(setExternalLocal, "dst,dst"), "-j RETURN")
+	rule(chainServices, match(setExternal, "dst,dst"), "-g", chainMarkMasq)
 	for _, r := range clusterIPRules(f, o, node) {
 		rule(chainClusterIP, r)
 	}
 	rule(chainMarkMasq, "-j MARK --or-mark", masqMark)
-	rule(chainPostrouting, match(familySet(setHairpin, f), "dst,dst,src"), "-j MARK --or-mark", masqMark)
+	rule(chainPostrouting, match(setHairpin, "dst,dst,src"), "-j MARK --or-mark", masqMark)
+	rule(chainPostrouting, "-m mark --mark", markMatch, "-m addrtype --src-type LOCAL -j MASQUERADE --random-fully")
 	rule(chainPostrouting, "-m mark ! --mark "+masqMark+"/"+masqMark, "-j RETURN")
 	rule(chainPostrouting, "-j MARK --xor-mark", masqMark)
 	rule(chainPostrouting, "-j MASQUERADE --random-fully")
 	b.WriteString("COMMIT\n")
+	declare(layerChains[1].table, layerChains[1].chains)
+	newConn := "-m conntrack --ctstate NEW"
+	rule(chainFilter, newConn, match(setFirewall, "dst,dst"), "-m set ! --match-set", familySet(setSourceRanges, f), "dst,dst,src", "-j DROP")
+	rule(chainFilter, "-m mark --mark", markMatch, "-j RETURN")
+	rule(chainFilter, newConn, match(setDrop, "dst,dst"), "-j DROP")
+	b.WriteString("COMMIT\n")
+	b.WriteString(renderMangle(f, o, node, marks))
 	return []byte(b.String())
 }
 
@@ -86,26 +128,34 @@ func clusterIPRules(f int, o *backends.Common, node plan.Node) []string {
 	if o.MasqueradeAll {
 		return []string{mark}
 	}
-	var pods []string
-	switch o.Detector() {
-	case backends.DetectInterfaceNamePrefix:
-		pods = []string{"-i " + o.PodInterfacePrefix + "+"}
-	case backends.DetectNodeCIDR:
-		pods = sourceMatches(f, node.PodCIDRs)
-		if len(pods) == 0 {
-			return []string{mark} // podCIDRs not known yet
-		}
+	pods, detecting := podMatches(f, o, node)
+	switch {
+	case len(pods) > 0:
+	case detecting:
+		return []string{mark} // podCIDRs not known yet
 	default:
-		pods = sourceMatches(f, o.ClusterCIDRs)
-		if len(pods) == 0 {
-			return nil
-		}
+		return nil
 	}
 	var out []string
 	for _, m := range pods {
 		out = append(out, m+" -j RETURN")
 	}
 	return append(out, mark)
+}
+
+// podMatches returns the iptables matches recognising pod traffic of
+// family f as the local traffic detector says. detecting is true when the
+// detector is configured to recognise pods but cannot yet (NodeCIDR
+// before the node's podCIDRs are known).
+func podMatches(f int, o *backends.Common, node plan.Node) (matches []string, detecting bool) {
+	switch o.Detector() {
+	case backends.DetectInterfaceNamePrefix:
+		return []string{"-i " + o.PodInterfacePrefix + "+"}, true
+	case backends.DetectNodeCIDR:
+		return sourceMatches(f, node.PodCIDRs), true
+	default:
+		return sourceMatches(f, o.ClusterCIDRs), false
+	}
 }
 
 // sourceMatches returns "-s CIDR" for each distinct prefix of family f.

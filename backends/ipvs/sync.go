@@ -78,7 +78,7 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) error {
 	onLinkSet := addrSet(onLink)
 	nodePortSet := addrSet(b.nodePorts, oldNodePorts)
 	ours := func(k vsKey) bool {
-		return want[k] != nil || b.programmed[k] != nil ||
+		return want[k] != nil || b.programmed[k] != nil || k.mark != 0 ||
 			onLinkSet[k.addr] || b.addrRefs[k.addr] > 0 || nodePortSet[k.addr]
 	}
 	kernel, err := readKernel(b.ipvs, ours)
@@ -111,8 +111,14 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) error {
 func (b *Backend) desiredAll(p *plan.Plan) map[vsKey]*virtualServer {
 	b.services, b.owner, b.addrRefs = map[plan.Key]*serviceState{}, map[vsKey]plan.Key{}, map[netip.Addr]int{}
 	want := map[vsKey]*virtualServer{}
+	for key := range b.marks.byKey {
+		if p.Services[key] == nil {
+			b.marks.release(key)
+		}
+	}
 	for _, key := range p.Keys() {
-		st := b.claim(key, desiredService(p.Services[key], b.nodePorts, b.opts.Scheduler))
+		svc := p.Services[key]
+		st := b.claim(key, desiredService(svc, b.nodePorts, b.opts.Scheduler, b.marks.forService(key, svc)))
 		if st == nil {
 			continue
 		}
@@ -128,7 +134,7 @@ func (b *Backend) desiredAll(p *plan.Plan) map[vsKey]*virtualServer {
 
 // claim records key as the owner of st's virtual servers and drops from
 // st those another service owns already (two services on one external IP
-// and port): the first keeps it.
+// and port), with their short-circuit rules: the first keeps it.
 func (b *Backend) claim(key plan.Key, st *serviceState) *serviceState {
 	if st == nil {
 		return nil
@@ -138,6 +144,9 @@ func (b *Backend) claim(key plan.Key, st *serviceState) *serviceState {
 			b.log.Warn("Virtual server already belongs to another service; ignoring it for this one",
 				"virtualServer", k.String(), "service", key.String(), "owner", o.String())
 			delete(st.servers, k)
+			st.marks = slices.DeleteFunc(st.marks, func(r markRule) bool {
+				return r.addr == k.addr && r.proto == k.proto && r.port == k.port
+			})
 			continue
 		}
 		b.owner[k] = key
@@ -146,8 +155,9 @@ func (b *Backend) claim(key plan.Key, st *serviceState) *serviceState {
 }
 
 // partialSync applies the changed services' differences to what was
-// programmed, reading nothing back.
-func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
+// programmed, reading nothing back, and rewrites the short-circuit rules
+// when they changed.
+func (b *Backend) partialSync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
 	link, err := b.nl.LinkByName(b.opts.Interface)
 	if err != nil {
 		return fmt.Errorf("ipvs: find interface %s: %w", b.opts.Interface, err)
@@ -156,6 +166,7 @@ func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
 	for _, key := range uniqueKeys(changed) {
 		errs = append(errs, b.syncService(link, key, p.Services[key]))
 	}
+	errs = append(errs, b.masq.writeMarks(ctx, &b.opts.Common, p.Node))
 	return firstOf(errs)
 }
 
@@ -166,7 +177,7 @@ func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service
 	for _, k := range old.keys() {
 		delete(b.owner, k)
 	}
-	st := b.claim(key, desiredService(svc, b.nodePorts, b.opts.Scheduler))
+	st := b.claim(key, desiredService(svc, b.nodePorts, b.opts.Scheduler, b.marks.forService(key, svc)))
 	if st != nil {
 		st.entries = masqEntries(svc, st)
 	}
@@ -236,7 +247,7 @@ func (b *Backend) cleanupScope() (func(vsKey) bool, netlink.Link, error) {
 		nodePorts = nodePortAddrs(&c, plan.Node{}, local)
 	}
 	scope := addrSet(onLink, nodePorts)
-	ours := func(k vsKey) bool { return b.programmed[k] != nil || scope[k.addr] }
+	ours := func(k vsKey) bool { return b.programmed[k] != nil || k.mark != 0 || scope[k.addr] }
 	return ours, link, nil
 }
 

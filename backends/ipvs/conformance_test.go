@@ -1,0 +1,28 @@
+//go:build vm
+
+package ipvs
+
+import (
+	"testing"
+
+	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/test/conformance"
+)
+
+// TestConformance runs the shared kernel conformance table against this
+// backend inside the VM of `make test-vm`, once per iptables flavour of
+// its rule layer (go test -run 'TestConformance/nft/' picks one).
+func TestConformance(t *testing.T) {
+	for _, fl := range []string{FlavourLegacy, FlavourNFT} {
+		t.Run(fl, func(t *testing.T) {
+			conformance.Run(t, func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
+				b, err := New(Options{Common: backends.Common{NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll}, Flavour: fl})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { b.Close() })
+				return b
+			})
+		})
+	}
+}
