@@ -108,7 +108,7 @@ lint:
 	@out=$$(gofmt -l .); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	$(GO) vet -tags vm ./backends/ipvs/
+	$(GO) vet -tags vm ./backends/ipvs/ ./cmd/weir/
 	cd sdk && $(GO) vet ./...
 
 clean:

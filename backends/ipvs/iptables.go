@@ -1,15 +1,13 @@
 package ipvs
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
+	"io"
 	"strings"
 
 	goipt "github.com/coreos/go-iptables/iptables"
 	"github.com/weirproxy/weir/backends/internal/xtables"
-	"github.com/weirproxy/weir/internal/nsenter"
 )
 
 // The iptables flavours the rule layer can use.
@@ -24,15 +22,10 @@ type ruleTools struct {
 	iptables, restore string
 }
 
-// chooseFlavour is chooseFlavourIn for the caller's own network namespace.
-func chooseFlavour(ctx context.Context, want string) (string, error) {
-	return chooseFlavourIn(ctx, 0, want)
-}
-
-// chooseFlavourIn resolves Options.Flavour as backends/iptables does: as
+// chooseFlavour resolves Options.Flavour as backends/iptables does: as
 // asked, or for "" and "auto" the flavour whose rules the network
 // namespace netNS already holds (see xtables.Choose).
-func chooseFlavourIn(ctx context.Context, netNS int, want string) (string, error) {
+func chooseFlavour(ctx context.Context, netNS int, want string) (string, error) {
 	fl, err := xtables.Choose(ctx, netNS, want)
 	if err != nil {
 		return "", fmt.Errorf("ipvs: Options.Flavour %q: %w", want, err)
@@ -53,34 +46,17 @@ func flavourTools(fl string) ([]ruleTools, error) {
 	}, nil
 }
 
-// findBin returns the path of the executable name, or "" (see
-// xtables.FindBin).
-func findBin(name string) string { return xtables.FindBin(name) }
-
-// inNetNS runs fn in the network namespace netNS (0: the caller's own),
-// so that the processes it starts run there.
-func inNetNS(netNS int, fn func() error) error {
-	if netNS == 0 {
-		return fn()
-	}
-	return nsenter.Do(netNS, fn)
-}
-
 // restore feeds text to t's iptables-restore in netNS, never flushing
 // what text does not name and waiting for the xtables lock.
 func restore(ctx context.Context, netNS int, t ruleTools, text []byte) error {
-	var stderr bytes.Buffer
-	err := inNetNS(netNS, func() error {
-		cmd := exec.CommandContext(ctx, t.restore, "--noflush", "--wait")
-		cmd.Stdin, cmd.Stderr = bytes.NewReader(text), &stderr
-		return cmd.Run()
-	})
+	stderr, err := xtables.Run(ctx, netNS, text, io.Discard, t.restore, "--noflush", "--wait")
 	if err != nil {
-		return fmt.Errorf("ipvs: %s: %w: %s", t.restore, err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("ipvs: %s: %w: %s", t.restore, err, strings.TrimSpace(string(stderr)))
 	}
 	return nil
 }
 
+// newIPTables returns go-iptables for t's family and binary.
 func newIPTables(t ruleTools) (*goipt.IPTables, error) {
 	proto := goipt.ProtocolIPv4
 	if t.family == 6 {
@@ -96,7 +72,7 @@ func newIPTables(t ruleTools) (*goipt.IPTables, error) {
 // ensureJumps adds the missing jump rules, each at the head of its
 // built-in chain. The target chains must exist.
 func ensureJumps(netNS int, ipt *goipt.IPTables) error {
-	return inNetNS(netNS, func() error {
+	return xtables.InNetNS(netNS, func() error {
 		for _, j := range jumps {
 			ok, err := ipt.Exists(j.table, j.from, j.spec()...)
 			if err == nil && !ok {
@@ -113,7 +89,7 @@ func ensureJumps(netNS int, ipt *goipt.IPTables) error {
 // removeRules deletes the jumps and the layer's chains; missing ones are
 // fine.
 func removeRules(netNS int, ipt *goipt.IPTables) error {
-	return inNetNS(netNS, func() error {
+	return xtables.InNetNS(netNS, func() error {
 		for _, j := range jumps {
 			// Without its target chain there is no jump, and iptables
 			// cannot even check for one.

@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/backends/internal/xtables"
 	"github.com/weirproxy/weir/sdk/plan"
 	"golang.org/x/sys/unix"
 )
@@ -218,17 +219,17 @@ func TestFromIpsetEntryRoundTrip(t *testing.T) {
 }
 
 func TestChooseFlavour(t *testing.T) {
-	if _, err := chooseFlavour(t.Context(), "bogus"); err == nil || !strings.Contains(err.Error(), "Options.Flavour") {
+	if _, err := chooseFlavour(t.Context(), 0, "bogus"); err == nil || !strings.Contains(err.Error(), "Options.Flavour") {
 		t.Errorf("bogus flavour: %v", err)
 	}
-	if fl, err := chooseFlavour(t.Context(), FlavourLegacy); fl != FlavourLegacy || err != nil {
+	if fl, err := chooseFlavour(t.Context(), 0, FlavourLegacy); fl != FlavourLegacy || err != nil {
 		t.Errorf("legacy: %q, %v", fl, err)
 	}
 }
 
 func TestFlavourTools(t *testing.T) {
 	for _, fl := range []string{FlavourNFT, FlavourLegacy} {
-		if findBin("iptables-"+fl+"-restore") == "" {
+		if xtables.FindBin("iptables-"+fl+"-restore") == "" {
 			t.Logf("no iptables-%s here", fl)
 			continue
 		}

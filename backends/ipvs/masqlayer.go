@@ -14,9 +14,10 @@ import (
 // masqLayer is the state of the masquerade layer: the ipsets describing
 // the service destinations and the fixed nat rules matching them.
 type masqLayer struct {
-	sets  ipsetConn
-	tools []ruleTools
-	ipts  []*goipt.IPTables
+	flavour string
+	sets    ipsetConn
+	tools   []ruleTools
+	ipts    []*goipt.IPTables
 	// refs counts the services needing each set entry; it is what the
 	// sets hold.
 	refs map[setEntry]int
@@ -30,23 +31,33 @@ type masqLayer struct {
 
 // newMasqLayer resolves the iptables flavour and its binaries.
 func newMasqLayer(ctx context.Context, netNS int, sets ipsetConn, flavour string) (*masqLayer, error) {
-	fl, err := chooseFlavourIn(ctx, netNS, flavour)
+	fl, err := chooseFlavour(ctx, netNS, flavour)
 	if err != nil {
 		return nil, err
 	}
+	tools, ipts, err := flavourIPTables(fl)
+	if err != nil {
+		return nil, err
+	}
+	return &masqLayer{flavour: fl, sets: sets, tools: tools, ipts: ipts, refs: map[setEntry]int{}, marks: map[markRule]int{}}, nil
+}
+
+// flavourIPTables returns the binaries of flavour fl and go-iptables for
+// each family.
+func flavourIPTables(fl string) ([]ruleTools, []*goipt.IPTables, error) {
 	tools, err := flavourTools(fl)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	m := &masqLayer{sets: sets, tools: tools, refs: map[setEntry]int{}, marks: map[markRule]int{}}
+	var ipts []*goipt.IPTables
 	for _, t := range tools {
 		ipt, err := newIPTables(t)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		m.ipts = append(m.ipts, ipt)
+		ipts = append(ipts, ipt)
 	}
-	return m, nil
+	return tools, ipts, nil
 }
 
 // rulesStale reports whether the rules depend on the node's pod CIDRs
@@ -127,10 +138,17 @@ func (m *masqLayer) markRules() []markRule {
 	return slices.SortedFunc(maps.Keys(m.marks), markRule.compare)
 }
 
-// cleanup removes the rules, then the sets they use.
+// cleanup removes the rules, in both flavours (the sets cannot go while
+// rules of either use them; the other's binaries may be missing), then
+// the sets.
 func (m *masqLayer) cleanup(netNS int) error {
 	var errs []error
-	for _, ipt := range m.ipts {
+	ipts := m.ipts
+	other := map[string]string{FlavourNFT: FlavourLegacy, FlavourLegacy: FlavourNFT}[m.flavour]
+	if _, more, err := flavourIPTables(other); err == nil {
+		ipts = append(slices.Clone(ipts), more...)
+	}
+	for _, ipt := range ipts {
 		errs = append(errs, removeRules(netNS, ipt))
 	}
 	errs = append(errs, destroySets(m.sets))

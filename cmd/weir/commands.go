@@ -261,12 +261,12 @@ func loadedProxy(ctx context.Context, env *environment, be backends.Backend, cha
 }
 
 // cleanupTargets are the modes, and flavours of iptables, runCleanup
-// cleans. The IPVS backend's masquerade rules are iptables rules too, in
-// either flavour.
+// cleans. The IPVS backend removes its iptables rules in both flavours
+// itself.
 var cleanupTargets = []struct{ mode, flavour string }{
 	{"nftables", ""},
 	{"iptables", "legacy"}, {"iptables", "nft"},
-	{"ipvs", "nft"}, {"ipvs", "legacy"},
+	{"ipvs", ""},
 }
 
 // runCleanup removes Weir's rules from every mode, like kube-proxy's
@@ -289,20 +289,12 @@ func runCleanup(env *environment) error {
 		}
 		errs[i] = cleanupTarget(env, m.mode, m.flavour)
 	}
-	// The IPVS backend's flavours share the ipsets: a pass fails to destroy
-	// them while the other flavour's rules still use them. Once another pass
-	// of the same mode has succeeded, try each failed pass once more.
-	for i, m := range cleanupTargets {
-		if errs[i] != nil && errs[i] != errSkipped && succeeded(errs, m.mode, i) {
-			errs[i] = cleanupTarget(env, m.mode, m.flavour)
-		}
-	}
 	var failed error
 	seen := map[string]bool{} // two flavours of a mode often fail alike
 	for i, m := range cleanupTargets {
 		err := errs[i]
 		configured := m.mode == env.cfg.Mode && (m.flavour == "" || env.cfg.IPTables.Backend == m.flavour ||
-			(env.cfg.IPTables.Backend == "auto" && !succeeded(errs, m.mode, -1)))
+			(env.cfg.IPTables.Backend == "auto" && !succeeded(errs, m.mode)))
 		switch {
 		case err == errSkipped:
 		case err == nil:
@@ -322,11 +314,10 @@ func runCleanup(env *environment) error {
 // errSkipped marks a cleanup pass that did not run.
 var errSkipped = errors.New("skipped")
 
-// succeeded reports whether a pass of mode other than the one at skip has
-// no error.
-func succeeded(errs []error, mode string, skip int) bool {
+// succeeded reports whether some pass of mode has no error.
+func succeeded(errs []error, mode string) bool {
 	for i, m := range cleanupTargets {
-		if i != skip && m.mode == mode && errs[i] == nil {
+		if m.mode == mode && errs[i] == nil {
 			return true
 		}
 	}

@@ -116,7 +116,7 @@ func TestVMIPVS(t *testing.T) {
 	// cleanup in the default mode (nftables) removes mode ipvs's state too;
 	// it needs the interface's name to find it.
 	out = weirInVM(t, topo.Node, "cleanup", "--node-name", demoNode, "--ipvs-interface", ifName)
-	if want := `msg="Removed Weir's rules" mode=ipvs flavour=legacy`; !strings.Contains(out, want) {
+	if want := `msg="Removed Weir's rules" mode=ipvs flavour=""`; !strings.Contains(out, want) {
 		t.Errorf("weir cleanup did not log %s", want)
 	}
 	if a, err := dialOnce(topo.Client, webVIP); err == nil {
