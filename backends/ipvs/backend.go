@@ -18,29 +18,43 @@
 // Options.GracePeriod; a background loop checks every second while any
 // real server drains.
 //
-// Masquerading (phase 2a) uses ipsets and a small fixed nat layer, as
-// kube-proxy's IPVS mode does, under Weir's own names. Per family, the
-// ipsets WEIR-IPVS-CLUSTER-IP (cluster IP,proto:port), WEIR-IPVS-EXTERNAL
-// (every other destination: external and load-balancer IPs, node-port
-// addresses with their node ports), WEIR-IPVS-EXTERNAL-LOCAL (those of
-// externalTrafficPolicy Local services) and WEIR-IPVS-HAIRPIN
-// (endpoint,proto:port,endpoint) follow the virtual servers over netlink:
-// a partial sync adds and deletes the changed services' entries, a full
-// sync reads the sets back and reconciles them. At each full sync one
-// iptables-restore --noflush per family rewrites the chains WEIR-IPVS-*
-// of the nat table, and go-iptables adds any missing jump from
-// PREROUTING, OUTPUT and POSTROUTING. Cluster-IP packets from sources the
-// local traffic detector does not take for pods (all with MasqueradeAll,
-// none without detector information), packets to other destinations
-// unless their service is Local, and hairpin packets get the 0x4000 mark
-// and are masqueraded in POSTROUTING, like the other backends. The
-// iptables flavour is the one `iptables --version` names, or
+// An iptables layer, as in kube-proxy's IPVS mode but under Weir's own
+// names, does what IPVS cannot. Per family, ipsets describe the
+// destinations: WEIR-IPVS-CLUSTER-IP (cluster IP,proto:port),
+// WEIR-IPVS-EXTERNAL (every other destination: external and load-balancer
+// IPs, node-port addresses with their node ports), WEIR-IPVS-EXTERNAL-LOCAL
+// (those of externalTrafficPolicy Local services), WEIR-IPVS-HAIRPIN
+// (endpoint,proto:port,endpoint), WEIR-IPVS-DROP (Local-policy
+// destinations whose endpoints are all elsewhere), WEIR-IPVS-FIREWALL and
+// WEIR-IPVS-SOURCE-RANGES (load-balancer destinations with
+// loadBalancerSourceRanges, and the ranges they allow). They follow the
+// virtual servers over netlink: a partial sync adds and deletes the
+// changed services' entries, a full sync reads the sets back and
+// reconciles them. At each full sync one iptables-restore --noflush per
+// family rewrites the chains WEIR-IPVS-* (nat: masquerading; filter,
+// from INPUT: new connections refused by source ranges or by a Local
+// policy without local endpoints are dropped before IPVS sees them;
+// mangle: the short circuit below), and go-iptables adds any missing
+// jump. Cluster-IP packets from sources the local traffic detector does
+// not take for pods (all with MasqueradeAll, none without detector
+// information), packets to other destinations unless their service is
+// Local, the node's own connections from a service address, and hairpin
+// packets get the 0x4000 mark and are masqueraded in POSTROUTING, like
+// the other backends. The iptables flavour is the one the node already
+// uses (backends/internal/xtables, as in mode iptables), or
 // Options.Flavour.
 //
-// Still missing: loadBalancerSourceRanges, the drops of Local-policy
-// traffic without local endpoints, localhost node ports, wiring
-// `mode: ipvs` into the daemon, and the backend's column in the
-// conformance table.
+// The short circuit (shortcircuit.go): connections the node or its pods
+// open to a Local service's external addresses reach all its cluster
+// endpoints, as in kube-proxy's iptables and nftables modes, through
+// one firewall-mark virtual server per service and family and one mangle
+// rule per external destination; those rules are rewritten (mangle table
+// only) at a partial sync that changes them.
+//
+// IPv6 service addresses are deprecated on the interface, so that source
+// selection never picks them for other destinations. Node ports are not
+// served on loopback addresses (localhostNodePorts does not apply), as in
+// kube-proxy's IPVS mode.
 package ipvs
 
 import (

@@ -45,8 +45,9 @@ type Options struct {
 	// GracePeriod bounds how long a removed real server is kept, at weight
 	// 0, while it still has connections; DefaultGracePeriod when zero.
 	GracePeriod time.Duration
-	// Flavour picks the iptables of the masquerade rules: FlavourNFT,
-	// FlavourLegacy, or "" or "auto" for what `iptables --version` names.
+	// Flavour picks the iptables of the rule layer: FlavourNFT,
+	// FlavourLegacy, or "" or "auto" for the one whose rules the node
+	// already holds, as mode iptables decides.
 	Flavour string
 }
 
