@@ -79,6 +79,7 @@ type Backend struct {
 	log  *slog.Logger
 	ipvs ipvsConn
 	nl   *netlink.Handle
+	sets *setConn
 	now  func() time.Time
 	masq *masqLayer
 
@@ -124,13 +125,20 @@ func New(opts Options) (*Backend, error) {
 		nl.Close()
 		return nil, fmt.Errorf("ipvs: open generic netlink socket: %w", err)
 	}
-	masq, err := newMasqLayer(context.Background(), opts.NetNS, nl, opts.Flavour)
+	sets, err := newSetConn(nl, opts.NetNS)
 	if err != nil {
 		h.Close()
 		nl.Close()
 		return nil, err
 	}
-	b := &Backend{opts: opts, log: opts.Logger(), ipvs: h, nl: nl, now: time.Now, masq: masq,
+	masq, err := newMasqLayer(context.Background(), opts.NetNS, sets, opts.Flavour)
+	if err != nil {
+		sets.Close()
+		h.Close()
+		nl.Close()
+		return nil, err
+	}
+	b := &Backend{opts: opts, log: opts.Logger(), ipvs: h, nl: nl, sets: sets, now: time.Now, masq: masq,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	b.reset()
 	go b.drainLoop(b.stop, b.done)
@@ -218,6 +226,7 @@ func (b *Backend) Close() error {
 	close(b.stop)
 	<-b.done
 	b.ipvs.Close()
+	b.sets.Close()
 	b.nl.Close()
 	return nil
 }

@@ -3,7 +3,6 @@ package ipvs
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 
@@ -12,13 +11,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ipsetConn is the part of *netlink.Handle the set layer uses.
+// ipsetConn is the kernel interface the set layer uses: *setConn.
 type ipsetConn interface {
 	IpsetCreate(name, kind string, o netlink.IpsetCreateOptions) error
 	IpsetDestroy(name string) error
 	IpsetList(name string) (*netlink.IPSetResult, error)
-	IpsetAdd(name string, e *netlink.IPSetEntry) error
 	IpsetDel(name string, e *netlink.IPSetEntry) error
+	// apply adds (or with del, deletes) entries of one set; adding a
+	// present entry and deleting a missing one succeed.
+	apply(set string, del bool, es []setEntry) error
 }
 
 // setCapacity is the most entries a set holds (the kernel's default is
@@ -50,6 +51,10 @@ func isIpsetErr(err error, code int) bool {
 // reconcileSets makes every set hold exactly the entries of want, reading
 // each set back.
 func reconcileSets(c ipsetConn, want map[setEntry]int) error {
+	bySet := map[string][]setEntry{}
+	for e := range want {
+		bySet[e.set] = append(bySet[e.set], e)
+	}
 	var errs []error
 	for _, s := range allSets() {
 		res, err := c.IpsetList(s.name)
@@ -58,23 +63,26 @@ func reconcileSets(c ipsetConn, want map[setEntry]int) error {
 			continue
 		}
 		have := map[setEntry]bool{}
+		var stale []setEntry
 		for i := range res.Entries {
-			if e, ok := fromIpsetEntry(s, &res.Entries[i]); ok {
-				have[e] = true
-			} else {
+			e, ok := fromIpsetEntry(s, &res.Entries[i])
+			switch {
+			case !ok:
 				errs = append(errs, delEntryRaw(c, s.name, &res.Entries[i]))
+			case want[e] == 0:
+				stale = append(stale, e)
+			default:
+				have[e] = true
 			}
 		}
-		for e := range have {
-			if want[e] == 0 {
-				errs = append(errs, delEntry(c, e))
+		var missing []setEntry
+		for _, e := range bySet[s.name] {
+			if !have[e] {
+				missing = append(missing, e)
 			}
 		}
-		for _, e := range slices.SortedFunc(maps.Keys(want), setEntry.compare) {
-			if e.set == s.name && !have[e] {
-				errs = append(errs, addEntry(c, e))
-			}
-		}
+		slices.SortFunc(missing, setEntry.compare)
+		errs = append(errs, c.apply(s.name, true, stale), c.apply(s.name, false, missing))
 	}
 	return firstOf(errs)
 }
@@ -83,17 +91,21 @@ func reconcileSets(c ipsetConn, want map[setEntry]int) error {
 // adding entries that gain their first reference and deleting those
 // that lose their last.
 func updateSets(c ipsetConn, refs map[setEntry]int, old, new []setEntry) error {
-	var errs []error
+	adds, dels := map[string][]setEntry{}, map[string][]setEntry{}
 	for _, e := range new {
 		if refs[e]++; refs[e] == 1 {
-			errs = append(errs, addEntry(c, e))
+			adds[e.set] = append(adds[e.set], e)
 		}
 	}
 	for _, e := range old {
 		if refs[e]--; refs[e] <= 0 {
 			delete(refs, e)
-			errs = append(errs, delEntry(c, e))
+			dels[e.set] = append(dels[e.set], e)
 		}
+	}
+	var errs []error
+	for _, s := range allSets() {
+		errs = append(errs, c.apply(s.name, false, adds[s.name]), c.apply(s.name, true, dels[s.name]))
 	}
 	return firstOf(errs)
 }
@@ -109,41 +121,12 @@ func destroySets(c ipsetConn) error {
 	return firstOf(errs)
 }
 
-func addEntry(c ipsetConn, e setEntry) error {
-	if err := c.IpsetAdd(e.set, toIpsetEntry(e)); err != nil {
-		return fmt.Errorf("ipvs: add %s to ipset %s: %w", e.member(), e.set, err)
-	}
-	return nil
-}
-
-func delEntry(c ipsetConn, e setEntry) error {
-	if err := c.IpsetDel(e.set, toIpsetEntry(e)); err != nil {
-		return fmt.Errorf("ipvs: delete %s from ipset %s: %w", e.member(), e.set, err)
-	}
-	return nil
-}
-
 func delEntryRaw(c ipsetConn, set string, e *netlink.IPSetEntry) error {
 	e.Replace = true
 	if err := c.IpsetDel(set, e); err != nil {
 		return fmt.Errorf("ipvs: delete an unreadable entry from ipset %s: %w", set, err)
 	}
 	return nil
-}
-
-// toIpsetEntry returns the netlink form of e. Replace makes adding a
-// present entry and deleting a missing one succeed.
-func toIpsetEntry(e setEntry) *netlink.IPSetEntry {
-	proto := uint8(protoNumber(e.proto))
-	port := e.port
-	out := &netlink.IPSetEntry{IP: e.addr.AsSlice(), Protocol: &proto, Port: &port, Replace: true}
-	if e.addr2.IsValid() {
-		out.IP2 = e.addr2.AsSlice()
-	}
-	if e.bits2 > 0 {
-		out.CIDR2 = e.bits2
-	}
-	return out
 }
 
 // fromIpsetEntry returns the entry of set s that the kernel listed;

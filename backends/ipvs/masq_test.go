@@ -148,10 +148,29 @@ func (f *fakeSets) IpsetList(name string) (*netlink.IPSetResult, error) {
 	return &netlink.IPSetResult{SetName: name, Entries: slices.Collect(maps.Values(s))}, nil
 }
 
-func (f *fakeSets) IpsetAdd(name string, e *netlink.IPSetEntry) error {
-	f.ops = append(f.ops, "add "+name+" "+fakeKey(e))
-	f.sets[name][fakeKey(e)] = *e
+func (f *fakeSets) apply(name string, del bool, es []setEntry) error {
+	for _, e := range es {
+		n := toIpsetEntry(e)
+		if del {
+			f.ops = append(f.ops, "del "+name+" "+fakeKey(n))
+			delete(f.sets[name], fakeKey(n))
+			continue
+		}
+		f.ops = append(f.ops, "add "+name+" "+fakeKey(n))
+		f.sets[name][fakeKey(n)] = *n
+	}
 	return nil
+}
+
+// toIpsetEntry returns the netlink form of e, as the kernel lists it.
+func toIpsetEntry(e setEntry) *netlink.IPSetEntry {
+	proto := uint8(protoNumber(e.proto))
+	port := e.port
+	out := &netlink.IPSetEntry{IP: e.addr.AsSlice(), Protocol: &proto, Port: &port, CIDR2: e.bits2}
+	if e.addr2.IsValid() {
+		out.IP2 = e.addr2.AsSlice()
+	}
+	return out
 }
 
 func (f *fakeSets) IpsetDel(name string, e *netlink.IPSetEntry) error {
@@ -171,7 +190,7 @@ func TestSetsFullAndPartial(t *testing.T) {
 	a := setEntry{set: setClusterIP, addr: netip.MustParseAddr("10.96.0.10"), proto: plan.TCP, port: 80}
 	b := setEntry{set: setExternal, addr: netip.MustParseAddr("172.30.0.1"), proto: plan.UDP, port: 30053}
 	stray := setEntry{set: setHairpin, addr: netip.MustParseAddr("10.244.0.9"), proto: plan.TCP, port: 1, addr2: netip.MustParseAddr("10.244.0.9")}
-	if err := addEntry(f, stray); err != nil {
+	if err := f.apply(stray.set, false, []setEntry{stray}); err != nil {
 		t.Fatal(err)
 	}
 	f.ops = nil
@@ -205,6 +224,7 @@ func TestFromIpsetEntryRoundTrip(t *testing.T) {
 	for _, e := range []setEntry{
 		{set: setHairpin + setSuffix6, addr: netip.MustParseAddr("fd00::5"), proto: plan.SCTP, port: 9, addr2: netip.MustParseAddr("fd00::5")},
 		{set: setExternalLocal, addr: netip.MustParseAddr("172.30.0.1"), proto: plan.TCP, port: 30080},
+		{set: setSourceRanges, addr: netip.MustParseAddr("198.51.100.5"), proto: plan.TCP, port: 443, addr2: netip.MustParseAddr("10.244.0.0"), bits2: 24},
 	} {
 		var spec setSpec
 		for _, s := range allSets() {
