@@ -52,9 +52,11 @@ type Config struct {
 	// MinSyncPeriod is the shortest time between two syncs, however fast
 	// changes arrive; zero syncs on every change.
 	MinSyncPeriod time.Duration
-	// MetricsBindAddress is the IP:port of the metrics server.
+	// MetricsBindAddress is the IP:port of the metrics server; empty
+	// disables it.
 	MetricsBindAddress string
-	// HealthzBindAddress is the IP:port of the /healthz and /livez server.
+	// HealthzBindAddress is the IP:port of the /healthz and /livez server;
+	// empty disables it.
 	HealthzBindAddress string
 	// Log configures the process log.
 	Log LogConfig

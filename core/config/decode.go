@@ -20,20 +20,21 @@ type bad struct {
 
 // What each kind of key accepts, worded to follow "use" in an error message.
 const (
-	allowedPath       = "a non-empty folder path such as /etc/weir/manifests"
-	allowedKubeconfig = "a file path, or an empty string for the in-cluster service account"
-	allowedNodeName   = "a lower-case DNS name of at most 253 characters, such as node-1 or node-1.example.com"
-	allowedCIDRs      = "CIDRs such as 10.0.0.0/8 or fd00::/48, as a YAML list or comma-separated"
-	allowedNodePorts  = "the single word primary on its own, or CIDRs such as 192.168.0.0/16 or fd00::/64, as a YAML list or comma-separated"
-	allowedBool       = "true or false"
-	allowedIfPrefix   = "an interface name prefix of 1 to 14 characters without spaces or slashes, such as veth or cali"
-	allowedIfName     = "an interface name of 1 to 15 characters without spaces, slashes or colons, such as weir-ipvs0"
-	allowedPositive   = "a duration greater than zero, such as 30s, 1m or 500ms"
-	allowedNonNeg     = "a duration of zero or more, such as 1s, 500ms or 0"
-	allowedHostPort   = "an IP address and port such as 127.0.0.1:10249, [::1]:10249, or :10249 for every address"
-	allowedTable      = "1 to 32 letters, digits, '_' or '-', such as weir"
-	allowedPlugins    = "a YAML list of mappings, one per plugin"
-	allowedSection    = "a mapping with the keys "
+	allowedPath        = "a non-empty folder path such as /etc/weir/manifests"
+	allowedKubeconfig  = "a file path, or an empty string for the in-cluster service account"
+	allowedNodeName    = "a lower-case DNS name of at most 253 characters, such as node-1 or node-1.example.com"
+	allowedCIDRs       = "CIDRs such as 10.0.0.0/8 or fd00::/48, as a YAML list or comma-separated"
+	allowedNodePorts   = "the single word primary on its own, or CIDRs such as 192.168.0.0/16 or fd00::/64, as a YAML list or comma-separated"
+	allowedBool        = "true or false"
+	allowedIfPrefix    = "an interface name prefix of 1 to 14 characters without spaces or slashes, such as veth or cali"
+	allowedIfName      = "an interface name of 1 to 15 characters without spaces, slashes or colons, such as weir-ipvs0"
+	allowedPositive    = "a duration greater than zero, such as 30s, 1m or 500ms"
+	allowedNonNeg      = "a duration of zero or more, such as 1s, 500ms or 0"
+	allowedHostPort    = "an IP address and port such as 127.0.0.1:10249, [::1]:10249, or :10249 for every address"
+	allowedBindAddress = allowedHostPort + ", or empty to disable the server"
+	allowedTable       = "1 to 32 letters, digits, '_' or '-', such as weir"
+	allowedPlugins     = "a YAML list of mappings, one per plugin"
+	allowedSection     = "a mapping with the keys "
 )
 
 var (
@@ -142,6 +143,9 @@ func isIfName(s string) bool {
 func anyString(string) bool { return true }
 
 func isTableName(s string) bool { return tableName.MatchString(s) }
+
+// isBindAddress accepts a server's IP:port, or nothing to disable it.
+func isBindAddress(s string) bool { return s == "" || isHostPort(s) }
 
 // isHostPort reports whether s is IP:port or :port, with a port from 0 to
 // 65535 (0 picks a free port, which tests use).
