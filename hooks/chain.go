@@ -315,6 +315,7 @@ type part struct {
 	idx     []int
 	in, out []*plan.Service
 	err     error
+	took    time.Duration
 }
 
 // maxWorkers bounds the calls one plugin runs at once (one instance each),
@@ -352,25 +353,36 @@ func (r *run) call(s *slot, enc *abi.Encoder, idx []int, full bool) []part {
 		half := len(idx) / 2
 		return append(r.call(s, enc, idx[:half], false), r.call(s, enc, idx[half:], false)...)
 	}
+	start := time.Now()
 	out, err := s.p.run(r.ctx, batch, in)
-	return []part{{idx: idx, in: in, out: out, err: err}}
+	return []part{{idx: idx, in: in, out: out, err: err, took: time.Since(start)}}
 }
 
 // settle adopts one call's outputs, or applies the failure policy and
 // counts the failure towards quarantine.
 func (r *run) settle(s *slot, pt part) {
+	obs := r.c.opts.Observer
+	if obs != nil {
+		obs.PluginCalled(s.Name, pt.took, pt.err)
+	}
 	if pt.err != nil {
 		r.c.log.Warn("Plugin failed", "plugin", s.Name, "services", len(pt.idx),
 			"failurePolicy", s.FailurePolicy, "error", pt.err)
 		if r.ctx.Err() == nil && s.health.failed(r.c.opts.Now()) {
 			r.c.log.Error("Quarantining plugin", "plugin", s.Name, "until", s.health.until,
 				"failures", s.health.fails, "error", pt.err)
+			if obs != nil {
+				obs.PluginQuarantined(s.Name, true)
+			}
 		}
 		r.fail(s, pt.idx, pt.err)
 		return
 	}
 	if s.health.succeeded() {
 		r.c.log.Info("Plugin recovered", "plugin", s.Name)
+		if obs != nil {
+			obs.PluginQuarantined(s.Name, false)
+		}
 	}
 	r.accept(s, pt.idx, pt.in, pt.out)
 }

@@ -252,7 +252,8 @@ func TestQuarantine(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-	c, logs := newChain(t, Options{Now: clock}, Config{Name: "flaky", Path: guest("hostile"),
+	obs := &recorder{}
+	c, logs := newChain(t, Options{Now: clock, Observer: obs}, Config{Name: "flaky", Path: guest("hostile"),
 		Config: map[string]any{"mode": "fail"}, FailurePolicy: PolicyClosed})
 	alpha := svc("default", "alpha", 2)
 	good, err := apply(c, []*plan.Service{alpha}, true)
@@ -302,6 +303,36 @@ func TestQuarantine(t *testing.T) {
 	if n := len(logs.lines("Plugin recovered", "plugin=flaky")); n != 1 {
 		t.Errorf("logged %d recoveries, want 1", n)
 	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.calls != 8 || obs.failures != 6 || obs.negative || strings.Join(obs.quarantine, " ") != "flaky:true flaky:false" {
+		t.Errorf("observer saw %d calls, %d failures, a negative duration %v, quarantine %q; want 8, 6, false, [flaky:true flaky:false]",
+			obs.calls, obs.failures, obs.negative, obs.quarantine)
+	}
+}
+
+// recorder is an Observer that remembers what it was told.
+type recorder struct {
+	mu              sync.Mutex
+	calls, failures int
+	negative        bool // a duration was negative
+	quarantine      []string
+}
+
+func (r *recorder) PluginCalled(plugin string, took time.Duration, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if err != nil {
+		r.failures++
+	}
+	r.negative = r.negative || took < 0
+}
+
+func (r *recorder) PluginQuarantined(plugin string, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.quarantine = append(r.quarantine, fmt.Sprintf("%s:%v", plugin, on))
 }
 
 func TestHealthBackoff(t *testing.T) {

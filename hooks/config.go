@@ -143,6 +143,21 @@ type Options struct {
 	// OnChange, when set, is called for each service a plugin changed. It
 	// runs inside Apply and must not call the Chain.
 	OnChange func(plugin string, before, after *plan.Service)
+	// Observer, when set, is told of every plugin call and quarantine
+	// change, for metrics.
+	Observer Observer
+}
+
+// Observer receives each plugin's calls and quarantine changes. Its
+// methods are called from several goroutines at once, with the chain's
+// lock held: they must be quick and must not call the Chain.
+type Observer interface {
+	// PluginCalled reports one call: how long it took and its error, nil
+	// when it succeeded.
+	PluginCalled(plugin string, took time.Duration, err error)
+	// PluginQuarantined reports that a plugin entered (true) or left
+	// (false) quarantine.
+	PluginQuarantined(plugin string, quarantined bool)
 }
 
 // PluginError reports a plugin that failed on some services of an Apply;

@@ -115,6 +115,9 @@ func (c *Chain) reload(ctx context.Context, s *slot) {
 	}
 	c.mu.Lock()
 	old := s.p
+	if s.health.backoff > 0 && c.opts.Observer != nil {
+		c.opts.Observer.PluginQuarantined(s.Name, false) // a new version starts afresh
+	}
 	s.p, s.failedSHA, s.health = p, "", health{}
 	c.flush(s.index)
 	c.mu.Unlock()
