@@ -113,3 +113,15 @@ lint:
 
 clean:
 	rm -rf $(BIN)
+
+.PHONY: controlplane e2e
+
+## controlplane: kube-apiserver, kube-controller-manager and etcd for the end-to-end tests, built once from the module proxy (hack/controlplane) into ~/.cache/weir-controlplane (or $WEIR_CONTROLPLANE_CACHE); prints their folder
+controlplane:
+	@GO=$(GO) hack/controlplane/build.sh
+
+## e2e: the end-to-end tests against a real control plane (test/e2e, tag e2e), building it first when missing; with CI=true they never skip
+e2e:
+	$(GO) vet -tags e2e ./test/e2e/...
+	dir=$$(GO=$(GO) hack/controlplane/build.sh) && \
+	  WEIR_CONTROLPLANE_BIN=$$dir CI=true $(GO) test -count=1 -tags e2e -timeout 30m -v ./test/e2e/...
