@@ -39,7 +39,33 @@ type Options struct {
 	// Hooks, when set, runs the hook plugins over every planned service
 	// before the backend sees it.
 	Hooks Hooks
-	Log   *slog.Logger
+	// Health, when set, learns of queued changes, successful syncs and
+	// whether this Node is being deleted, for /healthz and /livez.
+	Health *health.Proxy
+	// Metrics, when set, records syncs and changes.
+	Metrics Metrics
+	// Now is the clock of the health and metrics timestamps; nil means
+	// time.Now.
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// Metrics records the proxy's syncs and changes; *metrics.Metrics is one.
+type Metrics interface {
+	// Synced records a successful sync that took took and ended at end.
+	Synced(full bool, took time.Duration, end time.Time)
+	// CommitFailed counts a plan the backend failed to commit.
+	CommitFailed()
+	// Queued records that a sync was asked for at t.
+	Queued(t time.Time)
+	// ServiceChanged and EndpointsChanged count one object change each.
+	ServiceChanged()
+	EndpointsChanged()
+	// Pending sets how many services have changes not yet synced.
+	Pending(services, endpoints int)
+	// NetworkProgrammed records the time from an EndpointSlice change in
+	// the cluster to the commit of its rules.
+	NetworkProgrammed(d time.Duration)
 }
 
 // Hooks runs hook plugins over plan services; *hooks.Chain is one.
@@ -67,6 +93,8 @@ type Proxy struct {
 	opts    Options
 	log     *slog.Logger
 	tracker *tracker.Tracker
+	// in feeds the tracker; it is the source's handler.
+	in *inbound
 	// trigger asks for a sync; set by Run and LoadOnce, called from the
 	// source's goroutine and by RequestFullSync.
 	trigger atomic.Pointer[func()]
@@ -94,6 +122,9 @@ func New(opts Options) *Proxy {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	p := &Proxy{
 		opts:      opts,
 		log:       opts.Log,
@@ -107,11 +138,12 @@ func New(opts Options) *Proxy {
 	p.tracker = tracker.New(func() {
 		p.requestSync()
 	})
+	p.in = newInbound(p, opts.Now())
 	return p
 }
 
 // Handler returns the handler a source must feed.
-func (p *Proxy) Handler() source.Handler { return p.tracker }
+func (p *Proxy) Handler() source.Handler { return p.in }
 
 // Plan returns a copy of the current desired plan, after the hook plugins.
 func (p *Proxy) Plan() *plan.Plan {
@@ -127,8 +159,18 @@ func (p *Proxy) Planned() *plan.Plan {
 	return p.plan.Clone()
 }
 
-// requestSync calls the trigger Run or LoadOnce installed, if any.
+// requestSync calls the trigger Run or LoadOnce installed, if any. Once
+// the source has delivered its initial objects, the request is a queued
+// change for the health state and the metrics.
 func (p *Proxy) requestSync() {
+	if (p.opts.Health != nil || p.opts.Metrics != nil) && p.tracker.Synced() {
+		if p.opts.Health != nil {
+			p.opts.Health.Queued()
+		}
+		if p.opts.Metrics != nil {
+			p.opts.Metrics.Queued(p.opts.Now())
+		}
+	}
 	if t := p.trigger.Load(); t != nil {
 		(*t)()
 	}
@@ -151,12 +193,48 @@ func (p *Proxy) RequestFullSync() {
 func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	start := time.Now()
+	start := p.opts.Now()
 	full = full || p.resync
+	snap, triggers := p.in.checkout(full)
+	err := p.sync(ctx, snap, full)
+	p.record(full, start, triggers, err)
+	return err
+}
+
+// record tells the health state and the metrics how a sync that started
+// at start ended. The trigger times of a failed sync wait for the next.
+func (p *Proxy) record(full bool, start time.Time, triggers []time.Time, err error) {
+	if p.opts.Backend == nil {
+		return
+	}
+	m := p.opts.Metrics
+	if err != nil {
+		p.in.restore(triggers)
+		if m != nil {
+			m.CommitFailed()
+		}
+		return
+	}
+	end := p.opts.Now()
+	if p.opts.Health != nil {
+		p.opts.Health.Updated()
+	}
+	if m == nil {
+		return
+	}
+	m.Synced(full, end.Sub(start), end)
+	for _, t := range triggers {
+		m.NetworkProgrammed(end.Sub(t))
+	}
+}
+
+// sync is Sync with the lock held, on the tracker's snapshot.
+func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) error {
+	start := time.Now()
 	p.log.Info("Syncing rules", "full", full)
 	node := p.plan.Node
 	p.stale = p.stale[:0]
-	planned := p.update(full)
+	planned := p.update(snap, full)
 	hooksStart := time.Now()
 	changed := p.applyHooks(ctx, planned, full)
 	hooksTook := time.Since(hooksStart)
@@ -212,8 +290,7 @@ func keyList(keys []plan.Key) string {
 
 // update applies the tracker's pending changes to the planner's plan and
 // returns the keys whose plan service changed.
-func (p *Proxy) update(full bool) []plan.Key {
-	snap := p.tracker.Checkout(full)
+func (p *Proxy) update(snap tracker.Snapshot, full bool) []plan.Key {
 	if snap.NodeChanged && !full {
 		// The node's zone decides topology for every service: replan them all
 		// (the backend still gets only the keys whose plan changed).
@@ -364,7 +441,7 @@ func (p *Proxy) LoadOnce(ctx context.Context, src source.Source) error {
 		}
 	})
 	errc := make(chan error, 1)
-	go func() { errc <- src.Run(ctx, p.tracker) }()
+	go func() { errc <- src.Run(ctx, p.in) }()
 	select {
 	case <-synced:
 		cancel()
@@ -394,7 +471,7 @@ func (p *Proxy) Run(ctx context.Context, src source.Source, opts runner.Options)
 		}
 	})
 	errc := make(chan error, 1)
-	go func() { errc <- src.Run(ctx, p.tracker) }()
+	go func() { errc <- src.Run(ctx, p.in) }()
 	select {
 	case <-synced:
 	case err := <-errc:

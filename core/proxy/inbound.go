@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/weirproxy/weir/core/tracker"
+)
+
+// toBeDeletedTaint is the taint the cluster autoscaler puts on a Node it is
+// about to remove; like kube-proxy, /healthz then fails so that load
+// balancers drain the Node first.
+const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
+
+// inbound sits between the source and the tracker. It counts the Service
+// and EndpointSlice changes for the metrics, keeps the EndpointSlices'
+// last-change-trigger-times until the sync that commits them, and follows
+// whether this Node is being deleted, for /healthz.
+type inbound struct {
+	p *Proxy
+	// start is when the proxy was created: trigger times from before it
+	// belong to changes some earlier proxy programmed.
+	start time.Time
+
+	// mu is held while a change is recorded and handed to the tracker, and
+	// while a sync checks both out, so that a trigger time is taken by the
+	// sync that takes its change.
+	mu sync.Mutex
+	// services and endpoints hold the namespace/name of the services with
+	// Service or EndpointSlice changes not yet synced.
+	services, endpoints map[string]struct{}
+	// triggers holds, per service, the trigger times of the slice changes
+	// not yet synced; carried those of a failed sync, which the next
+	// successful (full) sync commits.
+	triggers map[string][]time.Time
+	carried  []time.Time
+}
+
+func newInbound(p *Proxy, start time.Time) *inbound {
+	return &inbound{
+		p: p, start: start,
+		services:  map[string]struct{}{},
+		endpoints: map[string]struct{}{},
+		triggers:  map[string][]time.Time{},
+	}
+}
+
+// sameVersion reports whether an update carries the object it replaces:
+// an informer's periodic resync delivers such updates, which change nothing.
+func sameVersion(prev, cur string) bool { return prev != "" && prev == cur }
+
+// OnService counts a Service change and hands it to the tracker.
+func (in *inbound) OnService(prev, cur *corev1.Service) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	obj := cur
+	if obj == nil {
+		obj = prev
+	}
+	if obj != nil && (prev == nil || cur == nil || !sameVersion(prev.ResourceVersion, cur.ResourceVersion)) {
+		in.services[obj.Namespace+"/"+obj.Name] = struct{}{}
+		if m := in.p.opts.Metrics; m != nil {
+			m.ServiceChanged()
+		}
+		in.pending()
+	}
+	in.p.tracker.OnService(prev, cur)
+}
+
+// OnEndpointSlice counts an EndpointSlice change, keeps its trigger time
+// and hands it to the tracker.
+func (in *inbound) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if prev == nil || cur == nil || !sameVersion(prev.ResourceVersion, cur.ResourceVersion) {
+		for _, s := range []*discoveryv1.EndpointSlice{prev, cur} {
+			if name := sliceService(s); name != "" {
+				in.endpoints[name] = struct{}{}
+			}
+		}
+		in.keepTrigger(prev, cur)
+		if m := in.p.opts.Metrics; m != nil {
+			m.EndpointsChanged()
+		}
+		in.pending()
+	}
+	in.p.tracker.OnEndpointSlice(prev, cur)
+}
+
+// keepTrigger remembers cur's last-change-trigger-time. A deleted slice
+// carries the time of its last update, not of its deletion, so its
+// service's times are dropped instead, as kube-proxy does.
+func (in *inbound) keepTrigger(prev, cur *discoveryv1.EndpointSlice) {
+	if cur == nil {
+		delete(in.triggers, sliceService(prev))
+		return
+	}
+	name := sliceService(cur)
+	raw := cur.Annotations[corev1.EndpointsLastChangeTriggerTime]
+	if name == "" || raw == "" {
+		return
+	}
+	t, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil || !t.After(in.start) {
+		return
+	}
+	in.triggers[name] = append(in.triggers[name], t)
+}
+
+// sliceService is the namespace/name of the service a slice belongs to, or
+// "" for nil or a slice without the kubernetes.io/service-name label.
+func sliceService(s *discoveryv1.EndpointSlice) string {
+	if s == nil || s.Labels[discoveryv1.LabelServiceName] == "" {
+		return ""
+	}
+	return s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]
+}
+
+// OnNode follows this Node's eligibility and hands the change to the
+// tracker. A deleted Node keeps the eligibility of its last state.
+func (in *inbound) OnNode(prev, cur *corev1.Node) {
+	node := cur
+	if node == nil {
+		node = prev
+	}
+	h := in.p.opts.Health
+	if h != nil && node != nil && (in.p.opts.NodeName == "" || node.Name == in.p.opts.NodeName) {
+		h.SetNodeEligible(nodeEligible(node))
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.p.tracker.OnNode(prev, cur)
+}
+
+// nodeEligible reports whether node should receive traffic: not while it
+// is being deleted or the cluster autoscaler is about to remove it.
+func nodeEligible(node *corev1.Node) bool {
+	if node.DeletionTimestamp != nil {
+		return false
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == toBeDeletedTaint {
+			return false
+		}
+	}
+	return true
+}
+
+// OnSynced hands the end of the initial listing to the tracker.
+func (in *inbound) OnSynced() { in.p.tracker.OnSynced() }
+
+// pending publishes how many services have changes waiting; mu is held.
+func (in *inbound) pending() {
+	if m := in.p.opts.Metrics; m != nil {
+		m.Pending(len(in.services), len(in.endpoints))
+	}
+}
+
+// checkout takes the tracker's pending changes and the trigger times of the
+// slice changes among them.
+func (in *inbound) checkout(full bool) (tracker.Snapshot, []time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	snap := in.p.tracker.Checkout(full)
+	times := in.carried
+	in.carried = nil
+	for _, ts := range in.triggers {
+		times = append(times, ts...)
+	}
+	clear(in.triggers)
+	clear(in.services)
+	clear(in.endpoints)
+	in.pending()
+	return snap, times
+}
+
+// restore keeps the trigger times of a failed sync for the next one.
+func (in *inbound) restore(times []time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.carried = append(in.carried, times...)
+}
