@@ -19,6 +19,7 @@ import (
 	"github.com/weirproxy/weir/core/config"
 	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/core/health"
+	"github.com/weirproxy/weir/core/metrics"
 	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/core/runner"
 	"github.com/weirproxy/weir/core/source"
@@ -153,14 +154,27 @@ func runDaemon(env *environment) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	m := metrics.New(env.cfg.Mode)
+	// Like kube-proxy: unhealthy when a change waited two sync periods.
+	ph := health.NewProxy(health.ProxyOptions{Timeout: 2 * env.cfg.SyncPeriod, Observe: m.Probe})
+	stop, err := serve(env, "healthzBindAddress", env.cfg.HealthzBindAddress, ph.Handler())
+	if err != nil {
+		return err
+	}
+	defer stop()
+	stop, err = serve(env, "metricsBindAddress", env.cfg.MetricsBindAddress, m.Handler())
+	if err != nil {
+		return err
+	}
+	defer stop()
 	be, err := newBackend(env)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	ctx, cancel := signalContext()
-	defer cancel()
-	hc := health.NewServers(health.Options{Log: env.log})
+	hc := health.NewServers(health.Options{Log: env.log, Healthy: ph.Healthy})
 	defer hc.Close()
 	ct, err := conntrack.New(0, env.log)
 	if err != nil {
@@ -168,7 +182,7 @@ func runDaemon(env *environment) error {
 	}
 	defer ct.Close()
 	reloaded := make(chan struct{}, 1)
-	chain, err := newChain(ctx, env, hooks.Options{OnReload: func() {
+	chain, err := newChain(ctx, env, hooks.Options{Observer: m, OnReload: func() {
 		select {
 		case reloaded <- struct{}{}:
 		default:
@@ -177,7 +191,8 @@ func runDaemon(env *environment) error {
 	if err != nil {
 		return err
 	}
-	opts := proxy.Options{NodeName: env.cfg.NodeName, Backend: be, HealthChecks: hc, Conntrack: ct, Log: env.log}
+	opts := proxy.Options{NodeName: env.cfg.NodeName, Backend: be, HealthChecks: hc, Conntrack: ct,
+		Health: ph, Metrics: m, Log: env.log}
 	defer closeChain(chain)
 	if chain != nil {
 		opts.Hooks = chain
