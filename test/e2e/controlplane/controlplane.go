@@ -256,6 +256,12 @@ func (cp *ControlPlane) StopAPIServer(t testing.TB) {
 // same port with the same flags, and waits until it is ready.
 func (cp *ControlPlane) StartAPIServer(t testing.TB) {
 	t.Helper()
+	cp.mu.Lock()
+	running := cp.apiserver
+	cp.mu.Unlock()
+	if done, _ := running.exited(); !done {
+		t.Fatal("StartAPIServer: kube-apiserver is running; StopAPIServer first")
+	}
 	begin := time.Now()
 	if err := cp.startAPIServer(); err != nil {
 		t.Fatalf("restart kube-apiserver: %v", err)
@@ -315,7 +321,7 @@ func waitFor(what string, p *process, ready func(ctx context.Context) (bool, err
 	defer tick.Stop()
 	for {
 		if done, err := p.exited(); done {
-			return fmt.Errorf("waiting for %s: %w\n%s", what, err, p.tail())
+			return fmt.Errorf("waiting for %s: %w (its log: %s)", what, err, p.log)
 		}
 		attempt, cancelAttempt := context.WithTimeout(ctx, 5*time.Second)
 		ok, err := ready(attempt)
