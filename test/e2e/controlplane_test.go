@@ -6,7 +6,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -15,8 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // sliceTimeout bounds the wait for the EndpointSlice controller.
@@ -38,48 +35,13 @@ func TestControlPlaneEndpointSlice(t *testing.T) {
 	if _, err := c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create node: %v", err)
 	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": "web"},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
-		},
-	}
-	svc, err := c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	svc, err := c.CoreV1().Services(ns).Create(ctx, serviceObject("web", nil), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create service: %v", err)
 	}
 	t.Logf("service %s/%s has cluster IPs %v", ns, svc.Name, svc.Spec.ClusterIPs)
-
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: ns, Labels: map[string]string{"app": "web"}},
-		Spec: corev1.PodSpec{
-			NodeName:   node.Name,
-			Containers: []corev1.Container{{Name: "web", Image: "example.invalid/web", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}},
-		},
-	}
-	pod, err = c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create pod: %v", err)
-	}
-	// What a kubelet would report: running, ready, with its address.
-	now := metav1.Now()
-	pod.Status = corev1.PodStatus{
-		Phase:  corev1.PodRunning,
-		PodIP:  podIP,
-		PodIPs: []corev1.PodIP{{IP: podIP}},
-		Conditions: []corev1.PodCondition{
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		},
-	}
-	patch, err := json.Marshal(map[string]any{"status": pod.Status})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.CoreV1().Pods(ns).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil {
-		t.Fatalf("patch pod status: %v", err)
+	if err := readyPod(ctx, cp, "web-0", "web", node.Name, podIP); err != nil {
+		t.Fatalf("pod: %v", err)
 	}
 
 	waitStart := time.Now()

@@ -1,0 +1,215 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirproxy/weir/core/source/kubernetes"
+	"github.com/weirproxy/weir/test/e2e/controlplane"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// recorder is a source.Handler remembering what it was told.
+type recorder struct {
+	mu       sync.Mutex
+	synced   bool
+	services map[string]bool
+	slices   map[string]*discoveryv1.EndpointSlice
+	node     *corev1.Node
+	deletes  []string
+}
+
+func newRecorder() *recorder {
+	return &recorder{services: map[string]bool{}, slices: map[string]*discoveryv1.EndpointSlice{}}
+}
+
+func (r *recorder) OnService(prev, cur *corev1.Service) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur == nil {
+		r.deletes = append(r.deletes, "Service "+prev.Namespace+"/"+prev.Name)
+		delete(r.services, prev.Namespace+"/"+prev.Name)
+		return
+	}
+	r.services[cur.Namespace+"/"+cur.Name] = true
+}
+
+func (r *recorder) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur == nil {
+		r.deletes = append(r.deletes, "EndpointSlice "+prev.Namespace+"/"+prev.Name)
+		delete(r.slices, prev.Namespace+"/"+prev.Name)
+		return
+	}
+	r.slices[cur.Namespace+"/"+cur.Name] = cur
+}
+
+func (r *recorder) OnNode(prev, cur *corev1.Node) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.node = cur
+}
+
+func (r *recorder) OnSynced() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.synced = true
+}
+
+// waitFor polls cond under the recorder's lock until it holds.
+func (r *recorder) waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r.mu.Lock()
+		ok := cond()
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sliceLists reports whether some slice of service ns/name lists ip.
+func (r *recorder) sliceLists(ns, name, ip string) bool {
+	for _, s := range r.slices {
+		if s.Namespace == ns && s.Labels[discoveryv1.LabelServiceName] == name {
+			for _, e := range s.Endpoints {
+				for _, a := range e.Addresses {
+					if a == ip {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+// TestKubernetesSource runs the kubernetes source with Weir's own
+// ServiceAccount, bound only by deploy/kubernetes's RBAC: it delivers
+// Services, the EndpointSlice controller's slices and its Node, skips what
+// kube-proxy skips, and survives an API server restart without a flush.
+func TestKubernetesSource(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx := t.Context()
+	applyManifests(ctx, t, cp, false)
+	c := cp.Client
+	const nodeName = "node-a"
+	mustCreate(t, func() error {
+		_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName,
+			Labels: map[string]string{corev1.LabelTopologyZone: "zone-a"}}}, metav1.CreateOptions{})
+		return err
+	})
+	mustCreate(t, func() error {
+		_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}, metav1.CreateOptions{})
+		return err
+	})
+	createService(ctx, t, cp, "web", nil)
+	createService(ctx, t, cp, "other-proxy", map[string]string{"service.kubernetes.io/service-proxy-name": "someone-else"})
+	createReadyPod(ctx, t, cp, "web-0", "web", nodeName, "10.244.0.11")
+
+	cfg, err := kubernetes.Config(cp.KubeconfigForServiceAccount(t, "kube-system", "weir"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := kubernetes.New(cfg, kubernetes.Options{NodeName: nodeName, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- src.Run(runCtx, rec) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("source: %v", err)
+		}
+	})
+
+	rec.waitFor(t, time.Minute, "the source never synced", func() bool { return rec.synced })
+	rec.waitFor(t, time.Minute, "web's slice never listed 10.244.0.11", func() bool { return rec.sliceLists("default", "web", "10.244.0.11") })
+	rec.mu.Lock()
+	if rec.node == nil || rec.node.Name != nodeName || rec.node.Labels[corev1.LabelTopologyZone] != "zone-a" {
+		t.Errorf("node: got %+v, want %s with its zone", rec.node, nodeName)
+	}
+	if !rec.services["default/web"] || rec.services["default/other-proxy"] {
+		t.Errorf("services %v: want default/web and not the other proxy's", rec.services)
+	}
+	rec.mu.Unlock()
+
+	cp.RestartAPIServer(t)
+	createService(ctx, t, cp, "after-restart", nil)
+	createReadyPod(ctx, t, cp, "after-0", "after-restart", nodeName, "10.244.0.12")
+	rec.waitFor(t, 2*time.Minute, "the source missed a Service created after the API server restarted", func() bool {
+		return rec.services["default/after-restart"] && rec.sliceLists("default", "after-restart", "10.244.0.12")
+	})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.deletes) > 0 || !rec.services["default/web"] {
+		t.Errorf("the restart flushed objects: deletes %v, services %v", rec.deletes, rec.services)
+	}
+}
+
+// TestWeirServiceAccountMayWriteEvents checks the one write deploy's RBAC
+// grants: Events.
+func TestWeirServiceAccountMayWriteEvents(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx := t.Context()
+	applyManifests(ctx, t, cp, false)
+	cfg, err := controlplane.ConfigFromKubeconfig(cp.KubeconfigForServiceAccount(t, "kube-system", "weir"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := kubernetesClient(t, cfg)
+	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "weir-", Namespace: "default"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "node-a"}, Reason: "Test", Message: "e2e", Type: corev1.EventTypeNormal}
+	if _, err := sa.CoreV1().Events("default").Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		t.Errorf("weir's ServiceAccount cannot create an Event: %v", err)
+	}
+	_, err = sa.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+	if err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("weir's ServiceAccount may list ConfigMaps (%v); RBAC grants too much", err)
+	}
+}
+
+func mustCreate(t *testing.T, create func() error) {
+	t.Helper()
+	if err := create(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createService creates a ClusterIP Service in default selecting app=name,
+// port 80 to 8080.
+func createService(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, name string, labels map[string]string) {
+	t.Helper()
+	svc := serviceObject(name, labels)
+	if _, err := cp.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create service %s: %v", name, err)
+	}
+}
+
+// createReadyPod creates a Pod of app on node and reports it ready with ip,
+// as a kubelet would.
+func createReadyPod(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, name, app, node, ip string) {
+	t.Helper()
+	if err := readyPod(ctx, cp, name, app, node, ip); err != nil {
+		t.Fatal(fmt.Errorf("pod %s: %w", name, err))
+	}
+}
