@@ -24,6 +24,7 @@ import (
 	"github.com/weirproxy/weir/core/runner"
 	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/core/source/files"
+	"github.com/weirproxy/weir/core/source/kubernetes"
 	"github.com/weirproxy/weir/hooks"
 	"github.com/weirproxy/weir/sdk/plan"
 )
@@ -73,8 +74,14 @@ func newSource(env *environment) (source.Source, error) {
 	switch env.cfg.Source.Kind {
 	case "files":
 		return files.New(env.cfg.Source.Path, env.log), nil
+	case "kubernetes":
+		rc, err := kubernetes.Config(env.cfg.Source.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		return kubernetes.New(rc, kubernetes.Options{NodeName: env.cfg.NodeName, Log: env.log})
 	}
-	return nil, fmt.Errorf("source.kind %q is not available in this build yet; use files", env.cfg.Source.Kind)
+	return nil, fmt.Errorf("source.kind %q is unknown; use files or kubernetes", env.cfg.Source.Kind)
 }
 
 // closingBackend is a backend that holds a kernel handle.
@@ -116,14 +123,17 @@ func newBackend(env *environment) (closingBackend, error) {
 			// The masquerade rules are written with iptables.backend's flavour.
 			Flavour: cfg.IPTables.Backend,
 		})
+		// Without IPVS in the kernel (after moby/ipvs tried to load ip_vs)
+		// New may fail on the missing netlink family, or succeed and leave
+		// every sync to fail: either way, say why.
+		if !ipvsInKernel() {
+			if err == nil {
+				be.Close()
+			}
+			return nil, fmt.Errorf("mode ipvs: this kernel has no IPVS (no %s): load the ip_vs module, or use mode nftables or iptables", procIPVS)
+		}
 		if err != nil {
 			return nil, err
-		}
-		// New succeeds without IPVS in the kernel (after trying to load
-		// ip_vs); every sync would then fail. Say why at once.
-		if !ipvsInKernel() {
-			be.Close()
-			return nil, fmt.Errorf("mode ipvs: this kernel has no IPVS (no %s): load the ip_vs module, or use mode nftables or iptables", procIPVS)
 		}
 		attrs := []any{"scheduler", cfg.IPVS.Scheduler, "interface", cfg.IPVS.Interface, "iptablesBackend", cfg.IPTables.Backend}
 		// The backend resolves "auto" itself; name the result if it tells.
