@@ -33,11 +33,12 @@ $(BIN)/plugins/local-boost.wasm: plugins/local-boost/src/lib.rs
 
 FORCE:
 
-## test: lint, then every test of both modules (kernel tests need root; under CI=true they never skip), then test-vm
+## test: lint, then every test of both modules (kernel tests need root; under CI=true they never skip), then test-vm and e2e
 test: lint plugins vm-tools
 	$(GO) test -count=1 -race $(PKGS)
 	cd sdk && $(GO) test -count=1 -race ./...
 	$(MAKE) test-vm
+	$(MAKE) e2e
 
 # The modules the nftables backend's kernel tests load in the VM.
 NFT_MODULES := nf_tables,nf_conntrack,nf_nat,nft_chain_nat,nft_ct,nft_fib_inet,nft_fib_ipv4,nft_fib_ipv6,nft_numgen,nft_reject_inet,nft_masq,veth
@@ -109,6 +110,7 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags vm ./backends/ipvs/ ./cmd/weir/
+	$(GO) vet -tags e2e ./test/e2e/...
 	cd sdk && $(GO) vet ./...
 
 clean:
