@@ -166,7 +166,12 @@ func runDaemon(env *environment) error {
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
-	m := metrics.New(env.cfg.Mode)
+	ev, stopEvents, err := nodeEvents(env)
+	if err != nil {
+		return err
+	}
+	defer stopEvents()
+	m := observed{Metrics: metrics.New(env.cfg.Mode), ev: ev}
 	// Like kube-proxy: unhealthy when a change waited two sync periods.
 	ph := health.NewProxy(health.ProxyOptions{Timeout: 2 * env.cfg.SyncPeriod, Observe: m.Probe})
 	stop, err := serve(env, "healthzBindAddress", env.cfg.HealthzBindAddress, ph.Handler())

@@ -6,11 +6,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/core/events"
 	"github.com/weirproxy/weir/core/source/kubernetes"
 	"github.com/weirproxy/weir/test/e2e/controlplane"
 	corev1 "k8s.io/api/core/v1"
@@ -166,9 +168,10 @@ func TestKubernetesSource(t *testing.T) {
 	}
 }
 
-// TestWeirServiceAccountMayWriteEvents checks the one write deploy's RBAC
-// grants: Events.
-func TestWeirServiceAccountMayWriteEvents(t *testing.T) {
+// TestNodeEvents posts Weir's Events about its Node with Weir's own
+// ServiceAccount (deploy's RBAC grants Events, and nothing to write
+// besides) and finds them on the API server.
+func TestNodeEvents(t *testing.T) {
 	cp := controlplane.Start(t)
 	ctx := t.Context()
 	applyManifests(ctx, t, cp, false)
@@ -177,10 +180,32 @@ func TestWeirServiceAccountMayWriteEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	sa := kubernetesClient(t, cfg)
-	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "weir-", Namespace: "default"},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "node-a"}, Reason: "Test", Message: "e2e", Type: corev1.EventTypeNormal}
-	if _, err := sa.CoreV1().Events("default").Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		t.Errorf("weir's ServiceAccount cannot create an Event: %v", err)
+	r, stop := events.Start(sa, "node-a")
+	defer stop()
+	r.PluginQuarantined("canary", true)
+	for range events.FailuresBeforeEvent {
+		r.CommitFailed()
+	}
+	want := []string{events.ReasonPluginQuarantined, events.ReasonSyncFailing}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		list, err := cp.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=node-a"})
+		var got []string
+		if err == nil {
+			for _, e := range list.Items {
+				if e.InvolvedObject.Kind == "Node" && e.Source.Component == "weir" {
+					got = append(got, e.Reason)
+				}
+			}
+		}
+		slices.Sort(got)
+		if slices.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events on node-a: %v (list error %v), want %v", got, err, want)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	_, err = sa.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
 	if err == nil || !strings.Contains(err.Error(), "forbidden") {
