@@ -1,0 +1,147 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/weirproxy/weir/test/e2e/controlplane"
+	"github.com/weirproxy/weir/test/netns"
+)
+
+// trafficNode is the Node the single-node test's Weir runs as.
+const trafficNode = "node-a"
+
+// webPods are the netns pods behind the Service web.
+var webPods = []netns.PodSpec{
+	{Name: "web-0", IP: netip.MustParseAddr("10.244.0.11"), Ports: []uint16{podPort}},
+	{Name: "web-1", IP: netip.MustParseAddr("10.244.0.12"), Ports: []uint16{podPort}},
+	{Name: "web-2", IP: netip.MustParseAddr("10.244.0.13"), Ports: []uint16{podPort}},
+}
+
+// programmingLimit bounds how long an API change may take to reach the
+// datapath.
+const programmingLimit = 15 * time.Second
+
+// TestWeirServesTraffic runs `weir run` with the kubernetes source in a
+// node namespace against the real control plane, as Weir's own
+// ServiceAccount, and follows Services and Pods through the real
+// EndpointSlice controller to real TCP connections from a client
+// namespace:
+//
+//  1. a NodePort Service over three ready Pods answers on its cluster IP
+//     and its node port, from all three, with the node port masqueraded;
+//  2. a Pod deleted (left terminating, as without a kubelet) and a Pod
+//     marked not ready stop getting connections, each within
+//     programmingLimit; the latencies are logged next to Weir's
+//     kubeproxy_network_programming_duration_seconds;
+//  3. while kube-apiserver is down the rules keep serving; once it is back
+//     a Service created afterwards gets traffic.
+func TestWeirServesTraffic(t *testing.T) {
+	netns.RequireRoot(t)
+	weirBinary(t) // build before the clock of the control plane starts
+	cp := controlplane.Start(t)
+	ctx := t.Context()
+	applyManifests(ctx, t, cp, false)
+	topo := netns.NewT(t, netns.Options{Pods: webPods})
+	createNode(ctx, t, cp, trafficNode, topo.NodeIP)
+
+	svc := serviceObject("web", nil)
+	svc.Spec.Type = corev1.ServiceTypeNodePort
+	svc = createSvc(ctx, t, cp, svc)
+	for _, p := range webPods {
+		createReadyPod(ctx, t, cp, p.Name, "web", trafficNode, p.IP.String())
+	}
+	vip := clusterIP(t, svc)
+	nodePort := netip.AddrPortFrom(topo.NodeIP, uint16(svc.Spec.Ports[0].NodePort))
+
+	d := startWeir(t, cp, topo.Node, trafficNode)
+	begin := time.Now()
+	metrics := d.serving(t, "metricsBindAddress")
+	mc := nsHTTPClient(topo.Node)
+	waitSet(t, d, topo.Client, vip, time.Minute, "web-0", "web-1", "web-2")
+	t.Logf("cluster IP %s served by web-0..2 %v after weir run was started", vip, time.Since(begin).Round(time.Millisecond))
+	waitSet(t, d, topo.Client, nodePort, programmingLimit, "web-0", "web-1", "web-2")
+	if a, err := dial(topo.Client, nodePort, time.Second); err != nil || a.Source.Addr() != topo.NodeIP {
+		t.Errorf("node port %s: answer %v, %v; want the source masqueraded to %s", nodePort, a, err, topo.NodeIP)
+	}
+
+	t.Run("scale down", func(t *testing.T) {
+		before := scrapeProgramming(t, mc, metrics)
+		sw := watchSlice(t, cp, "web", func(s *discoveryv1.EndpointSlice) bool { return endpointReady(s, "10.244.0.12", false) })
+		change := time.Now()
+		if err := cp.Client.CoreV1().Pods("default").Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		served := waitSet(t, d, topo.Client, vip, programmingLimit, "web-0", "web-2")
+		t.Logf("pod web-1 deleted at %s (left terminating): the cluster IP stopped reaching it after %s",
+			clock(change), breakdown(change, sw.wait(time.Second), served))
+
+		mid := scrapeProgramming(t, mc, metrics)
+		sw = watchSlice(t, cp, "web", func(s *discoveryv1.EndpointSlice) bool { return endpointReady(s, "10.244.0.13", false) })
+		change = time.Now()
+		markNotReady(ctx, t, cp, "web-2")
+		served = waitSet(t, d, topo.Client, vip, programmingLimit, "web-0")
+		t.Logf("pod web-2 marked not ready at %s: the cluster IP stopped reaching it after %s",
+			clock(change), breakdown(change, sw.wait(time.Second), served))
+		waitSet(t, d, topo.Client, nodePort, programmingLimit, "web-0")
+
+		after := scrapeProgramming(t, mc, metrics)
+		t.Logf("Weir's kubeproxy_network_programming_duration_seconds: after the delete %s; after not ready %s",
+			mid.since(before), after.since(mid))
+		if after.count <= before.count {
+			t.Errorf("kubeproxy_network_programming_duration_seconds_count stayed at %d over two slice changes", after.count)
+		}
+	})
+
+	t.Run("API server outage", func(t *testing.T) {
+		cp.StopAPIServer(t)
+		n := keepServing(t, d, topo.Client, vip, 3*time.Second, "web-0")
+		t.Logf("kube-apiserver down (from %s): %d connections in 3s all reached web-0", clock(time.Now().Add(-3*time.Second)), n)
+		cp.StartAPIServer(t)
+
+		if _, err := topo.AddPod(netns.PodSpec{Name: "late-0", IP: netip.MustParseAddr("10.244.0.21"), Ports: []uint16{podPort}}); err != nil {
+			t.Fatal(err)
+		}
+		sw := watchSlice(t, cp, "late", func(s *discoveryv1.EndpointSlice) bool { return endpointReady(s, "10.244.0.21", true) })
+		change := time.Now()
+		late := createSvc(ctx, t, cp, serviceObject("late", nil))
+		createReadyPod(ctx, t, cp, "late-0", "late", trafficNode, "10.244.0.21")
+		served := waitSet(t, d, topo.Client, clusterIP(t, late), time.Minute, "late-0")
+		t.Logf("Service late created at %s, after the API server came back: served after %s",
+			clock(change), breakdown(change, sw.wait(time.Second), served))
+		keepServing(t, d, topo.Client, vip, 200*time.Millisecond, "web-0")
+	})
+}
+
+// clock formats t as Weir's log does, to line test events up with it.
+func clock(t time.Time) string {
+	return t.UTC().Format("15:04:05.000")
+}
+
+// markNotReady patches pod's status not ready, as a kubelet whose
+// readiness probe fails would.
+func markNotReady(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, pod string) {
+	t.Helper()
+	now := metav1.Now()
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{
+		{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, LastTransitionTime: now},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cp.Client.CoreV1().Pods("default").Patch(ctx, pod, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		t.Fatalf("mark %s not ready: %v", pod, err)
+	}
+}

@@ -1,0 +1,301 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirproxy/weir/test/e2e/controlplane"
+	"github.com/weirproxy/weir/test/netns"
+)
+
+// The weir binary, built once per test binary by weirBinary into binDir,
+// which TestMain removes.
+var (
+	binDir    string
+	buildOnce sync.Once
+	weirPath  string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "weir-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// weirBinary builds cmd/weir (static) the first time a test asks for it.
+func weirBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		bin := filepath.Join(binDir, "weir")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/weirproxy/weir/cmd/weir")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build cmd/weir: %v\n%s", err, out)
+			return
+		}
+		weirPath = bin
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return weirPath
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and concurrent readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *lockedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *lockedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// weirDaemon is `weir run` running in a node namespace.
+type weirDaemon struct {
+	name string
+	out  *lockedBuffer
+	done chan struct{} // closed once it has exited
+	err  error         // what Wait returned, once done is closed
+}
+
+// startWeir runs `weir run` with the kubernetes source in node, as the
+// ServiceAccount kube-system/weir (bound only by deploy/kubernetes's RBAC),
+// reaching the API server through a forwarder in node. Its health and
+// metrics servers listen on free loopback ports. It is killed when the
+// test ends, on every path.
+func startWeir(t *testing.T, cp *controlplane.ControlPlane, node *netns.Namespace, nodeName string, extra ...string) *weirDaemon {
+	t.Helper()
+	bin := weirBinary(t)
+	forwardAPIServer(t, cp, node)
+	kubeconfig := cp.KubeconfigForServiceAccount(t, "kube-system", "weir")
+	args := append([]string{"run", "--source-kind", "kubernetes", "--kubeconfig", kubeconfig,
+		"--node-name", nodeName, "--cluster-cidrs", netns.DefaultPodCIDR.String(),
+		"--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"}, extra...)
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &weirDaemon{name: nodeName, out: &lockedBuffer{}, done: make(chan struct{})}
+	cmd := node.Command(ctx, bin, args...)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "WEIR_") })
+	cmd.Stdout, cmd.Stderr = d.out, d.out
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start weir run on %s: %v", nodeName, err)
+	}
+	go func() {
+		d.err = cmd.Wait()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-d.done
+		if t.Failed() || testing.Verbose() {
+			t.Logf("weir run on %s:\n%s", nodeName, d.out)
+		}
+	})
+	return d
+}
+
+// mustRun fails the test if the daemon has exited.
+func (d *weirDaemon) mustRun(t *testing.T) {
+	t.Helper()
+	select {
+	case <-d.done:
+		t.Fatalf("weir run on %s exited: %v\n%s", d.name, d.err, d.out)
+	default:
+	}
+}
+
+// servingLine is weir's log line of a server that listens.
+var servingLine = regexp.MustCompile(`msg=Serving key=(\S+) address=(\S+)`)
+
+// serving returns the address weir's server for key listens on.
+func (d *weirDaemon) serving(t *testing.T, key string) string {
+	t.Helper()
+	var addr string
+	poll(t, 30*time.Second, "weir on "+d.name+" to log its "+key+" server", func() bool {
+		d.mustRun(t)
+		for _, m := range servingLine.FindAllStringSubmatch(d.out.String(), -1) {
+			if m[1] == key {
+				addr = m[2]
+				return true
+			}
+		}
+		return false
+	})
+	return addr
+}
+
+// poll calls cond every 20 ms until it holds, and fails the test if it
+// does not within limit.
+func poll(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// forwardAPIServer listens, inside ns, on the API server's own loopback
+// address and forwards each connection to the API server in the test's
+// namespace, so the control plane's kubeconfigs work unchanged in ns.
+// While the API server is down, connections are accepted and closed at
+// once, as a dead server's would be refused.
+func forwardAPIServer(t *testing.T, cp *controlplane.ControlPlane, ns *netns.Namespace) {
+	t.Helper()
+	u, err := url.Parse(cp.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	err = ns.Do(func() (err error) {
+		ln, err = net.Listen("tcp", u.Host)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("forward the API server into %s: %v", ns.Name, err)
+	}
+	f := &forwarder{target: u.Host, conns: map[net.Conn]bool{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.serve(ln)
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		f.closeAll()
+		f.wg.Wait()
+	})
+}
+
+// forwarder copies connections to target.
+type forwarder struct {
+	target string
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]bool
+}
+
+// serve accepts until ln is closed.
+func (f *forwarder) serve(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		f.wg.Go(func() { f.pipe(c) })
+	}
+}
+
+// pipe connects c to the target and copies both ways until either side
+// closes.
+func (f *forwarder) pipe(c net.Conn) {
+	up, err := net.DialTimeout("tcp", f.target, 5*time.Second)
+	if err != nil || !f.track(c, up) {
+		c.Close()
+		if up != nil {
+			up.Close()
+		}
+		return
+	}
+	defer f.untrack(c, up)
+	copied := make(chan struct{}, 2)
+	go func() { io.Copy(up, c); copied <- struct{}{} }()
+	go func() { io.Copy(c, up); copied <- struct{}{} }()
+	<-copied
+	c.Close()
+	up.Close()
+	<-copied
+}
+
+func (f *forwarder) track(conns ...net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	for _, c := range conns {
+		f.conns[c] = true
+	}
+	return true
+}
+
+func (f *forwarder) untrack(conns ...net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range conns {
+		delete(f.conns, c)
+	}
+}
+
+// closeAll closes every open connection and refuses new ones.
+func (f *forwarder) closeAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	for c := range f.conns {
+		c.Close()
+	}
+}
+
+// nsHTTPClient returns an HTTP client whose connections start in ns.
+func nsHTTPClient(ns *netns.Namespace) *http.Client {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var conn net.Conn
+		err := ns.Do(func() (err error) {
+			conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		return conn, err
+	}
+	return &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
+}
+
+// get fetches url with c and returns the status code and body.
+func get(c *http.Client, url string) (int, string, error) {
+	res, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	return res.StatusCode, string(body), err
+}
