@@ -1,5 +1,8 @@
 // Package ipvs programs Weir's plan into the kernel's IP Virtual Server
-// (github.com/moby/ipvs over generic netlink).
+// over generic netlink. Syncs go through a small client of our own
+// (genl.go) that pipelines: many acknowledged requests per write, many
+// acknowledgements per read; github.com/moby/ipvs, one round trip per
+// call, serves the graceful-termination loop.
 //
 // Every cluster, external and load-balancer IP sits as a host address on a
 // dummy interface (default "weir-ipvs0"), so the node accepts its packets;
@@ -61,7 +64,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,6 +83,9 @@ type Backend struct {
 	opts Options
 	log  *slog.Logger
 	ipvs ipvsConn
+	// genl pipelines the syncs' changes and read-back; ipvs serves the
+	// graceful-termination loop.
+	genl *genlConn
 	nl   *netlink.Handle
 	sets *setConn
 	now  func() time.Time
@@ -125,8 +133,16 @@ func New(opts Options) (*Backend, error) {
 		nl.Close()
 		return nil, fmt.Errorf("ipvs: open generic netlink socket: %w", err)
 	}
+	// ipvs.New has loaded the ip_vs module: the family resolves.
+	gc, err := newGenlConn(nl, opts.NetNS)
+	if err != nil {
+		h.Close()
+		nl.Close()
+		return nil, err
+	}
 	sets, err := newSetConn(nl, opts.NetNS)
 	if err != nil {
+		gc.Close()
 		h.Close()
 		nl.Close()
 		return nil, err
@@ -134,11 +150,12 @@ func New(opts Options) (*Backend, error) {
 	masq, err := newMasqLayer(context.Background(), opts.NetNS, sets, opts.Flavour)
 	if err != nil {
 		sets.Close()
+		gc.Close()
 		h.Close()
 		nl.Close()
 		return nil, err
 	}
-	b := &Backend{opts: opts, log: opts.Logger(), ipvs: h, nl: nl, sets: sets, now: time.Now, masq: masq,
+	b := &Backend{opts: opts, log: opts.Logger(), ipvs: h, genl: gc, nl: nl, sets: sets, now: time.Now, masq: masq,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	b.reset()
 	go b.drainLoop(b.stop, b.done)
@@ -199,14 +216,16 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kernel, err := readKernel(b.ipvs, ours)
+	kernel, err := readKernel(b.genl, ours)
 	if err != nil {
 		return err
 	}
-	for k := range kernel {
-		if err := ignoreGone(b.ipvs.DelService(toService(k, nil))); err != nil {
-			return fmt.Errorf("ipvs: delete virtual server %s: %w", k, err)
-		}
+	var dels []op
+	for _, k := range slices.SortedFunc(maps.Keys(kernel), vsKey.compare) {
+		dels = append(dels, op{kind: opDelVS, key: k})
+	}
+	if err := applyBatch(b.genl, kernel, dels, b.now()); err != nil {
+		return err
 	}
 	if err := b.masq.cleanup(b.opts.NetNS); err != nil {
 		return err
@@ -226,6 +245,7 @@ func (b *Backend) Close() error {
 	close(b.stop)
 	<-b.done
 	b.ipvs.Close()
+	b.genl.Close()
 	b.sets.Close()
 	b.nl.Close()
 	return nil

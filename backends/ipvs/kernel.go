@@ -14,7 +14,9 @@ import (
 // IPVS service flags (include/uapi/linux/ip_vs.h).
 const flagPersistent = 0x0001
 
-// ipvsConn is the part of *ipvs.Handle the backend uses.
+// ipvsConn is the part of *ipvs.Handle the backend uses: one round trip
+// per call, for the graceful-termination loop and tests (syncs use
+// genlConn).
 type ipvsConn interface {
 	NewService(*ipvs.Service) error
 	UpdateService(*ipvs.Service) error
@@ -122,8 +124,8 @@ func fromDestination(d *ipvs.Destination) (netip.AddrPort, bool) {
 
 // readKernel dumps the kernel's virtual servers for which ours is true,
 // with their real servers.
-func readKernel(c ipvsConn, ours func(vsKey) bool) (map[vsKey]*virtualServer, error) {
-	svcs, err := c.GetServices()
+func readKernel(c *genlConn, ours func(vsKey) bool) (map[vsKey]*virtualServer, error) {
+	svcs, err := c.services()
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: list virtual servers: %w", err)
 	}
@@ -133,7 +135,7 @@ func readKernel(c ipvsConn, ours func(vsKey) bool) (map[vsKey]*virtualServer, er
 		if !ok || !ours(k) {
 			continue
 		}
-		dests, err := c.GetDestinations(s)
+		dests, err := c.dests(k)
 		if err != nil {
 			return nil, fmt.Errorf("ipvs: list real servers of virtual server %s: %w", k, err)
 		}
@@ -154,7 +156,18 @@ func apply(c ipvsConn, programmed map[vsKey]*virtualServer, o op, now time.Time)
 	if err := send(c, programmed[o.key], o); err != nil {
 		return err
 	}
+	record(programmed, o, now)
+	return nil
+}
+
+// record notes in programmed that the kernel took o. A change to a real
+// server of a virtual server that was never recorded is not noted (the
+// kernel cannot have taken it).
+func record(programmed map[vsKey]*virtualServer, o op, now time.Time) {
 	vs := programmed[o.key]
+	if vs == nil && o.kind != opAddVS {
+		return
+	}
 	switch o.kind {
 	case opAddVS:
 		programmed[o.key] = newVirtualServer(o.vs.scheduler, o.vs.persistence)
@@ -172,7 +185,6 @@ func apply(c ipvsConn, programmed map[vsKey]*virtualServer, o op, now time.Time)
 		delete(vs.reals, o.real)
 		delete(vs.draining, o.real)
 	}
-	return nil
 }
 
 // send performs one op over netlink; cur is the programmed virtual server

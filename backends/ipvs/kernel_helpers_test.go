@@ -70,7 +70,7 @@ func kernelServers(t *testing.T, b *Backend) map[string]string {
 	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	all, err := readKernel(b.ipvs, func(vsKey) bool { return true })
+	all, err := readKernel(b.genl, func(vsKey) bool { return true })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
@@ -81,7 +82,7 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) error {
 		return want[k] != nil || b.programmed[k] != nil || k.mark != 0 ||
 			onLinkSet[k.addr] || b.addrRefs[k.addr] > 0 || nodePortSet[k.addr]
 	}
-	kernel, err := readKernel(b.ipvs, ours)
+	kernel, err := readKernel(b.genl, ours)
 	if err != nil {
 		return err
 	}
@@ -93,9 +94,11 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) error {
 			errs = append(errs, addAddr(b.nl, link, a))
 		}
 	}
+	var ops []op
 	for _, k := range slices.SortedFunc(maps.Keys(unionKeys(want, kernel)), vsKey.compare) {
-		errs = append(errs, b.applyAll(diff(k, kernel[k], want[k])))
+		ops = append(ops, diff(k, kernel[k], want[k])...)
 	}
+	errs = append(errs, b.applyAll(ops))
 	for _, a := range onLink {
 		if b.addrRefs[a] == 0 {
 			errs = append(errs, delAddr(b.nl, link, a))
@@ -187,9 +190,11 @@ func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service
 			errs = append(errs, addAddr(b.nl, link, a))
 		}
 	}
+	var ops []op
 	for _, k := range slices.SortedFunc(maps.Keys(unionKeys(serversOf(old), serversOf(st))), vsKey.compare) {
-		errs = append(errs, b.applyAll(diff(k, b.programmed[k], serversOf(st)[k])))
+		ops = append(ops, diff(k, b.programmed[k], serversOf(st)[k])...)
 	}
+	errs = append(errs, b.applyAll(ops))
 	for _, a := range addrsOf(old) {
 		if b.addrRefs[a]--; b.addrRefs[a] <= 0 {
 			delete(b.addrRefs, a)
@@ -205,17 +210,15 @@ func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service
 	return firstOf(errs)
 }
 
-// applyAll sends ops in order, stopping at the first failure: later ops of
-// one virtual server depend on earlier ones.
+// applyAll sends ops, each virtual server's in order, in one pipeline
+// (applyBatch) and records what the kernel took.
 func (b *Backend) applyAll(ops []op) error {
-	now := b.now()
-	for _, o := range ops {
-		if err := apply(b.ipvs, b.programmed, o, now); err != nil {
-			return err
+	if b.log.Enabled(context.Background(), slog.LevelDebug) {
+		for _, o := range ops {
+			b.log.Debug("IPVS change", "op", o)
 		}
-		b.log.Debug("IPVS change", "op", o)
 	}
-	return nil
+	return applyBatch(b.genl, b.programmed, ops, b.now())
 }
 
 // cleanupScope returns which kernel virtual servers Cleanup removes, and

@@ -1,0 +1,101 @@
+//go:build vm
+
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/backends/internal/benchkit"
+	"github.com/weirproxy/weir/sdk/plan"
+)
+
+// BenchmarkIPVSOps10k isolates the IPVS part of BenchmarkSync10k: 10k
+// virtual servers × 10 real servers added and read back, each run in a
+// fresh namespace after a sync of one service (the kernel refuses real
+// servers while the namespace has no local routing table). "pipelined"
+// applies them through genlConn (apply-s), reads them back through it
+// (read-s) and again through github.com/moby/ipvs (moby-read-s); its
+// ns/op counts all three. "one-by-one" applies them one round trip each
+// through github.com/moby/ipvs, as before the pipelined client.
+func BenchmarkIPVSOps10k(b *testing.B) {
+	var ops []op
+	for i := range 10000 {
+		k := vsKey{addr: netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}), proto: plan.TCP, port: 80}
+		ops = append(ops, op{kind: opAddVS, key: k, vs: newVirtualServer("rr", 0)})
+		for j := range 10 {
+			a := netip.AddrFrom4([4]byte{10, 244, byte(i >> 4), byte(i<<4 + j + 1)})
+			ops = append(ops, op{kind: opAddRS, key: k, real: netip.AddrPortFrom(a, 8080), weight: 1})
+		}
+	}
+	run := func(b *testing.B, pipelined bool) {
+		for range b.N {
+			b.StopTimer()
+			be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, b)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { be.Close() })
+			if err := be.Sync(context.Background(), benchkit.Plan(1, 1, 1), nil); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			read, err := be.loadOps(ops, pipelined)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if pipelined {
+				b.ReportMetric(read[2].Seconds(), "apply-s")
+				b.ReportMetric(read[0].Seconds(), "read-s")
+				b.ReportMetric(read[1].Seconds(), "moby-read-s")
+			}
+		}
+	}
+	b.Run("pipelined", func(b *testing.B) { run(b, true) })
+	b.Run("one-by-one", func(b *testing.B) { run(b, false) })
+}
+
+// loadOps applies ops under the backend's lock and, when pipelined,
+// reads everything back through genlConn and then through
+// github.com/moby/ipvs, returning how long each read and the apply took.
+func (be *Backend) loadOps(ops []op, pipelined bool) ([3]time.Duration, error) {
+	var took [3]time.Duration
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if !pipelined {
+		for _, o := range ops {
+			if err := apply(be.ipvs, be.programmed, o, time.Now()); err != nil {
+				return took, err
+			}
+		}
+		return took, nil
+	}
+	start := time.Now()
+	if err := applyBatch(be.genl, be.programmed, ops, start); err != nil {
+		return took, err
+	}
+	took[2] = time.Since(start)
+	start = time.Now()
+	got, err := readKernel(be.genl, func(vsKey) bool { return true })
+	if err == nil && len(got) != 10001 {
+		err = fmt.Errorf("read back %d virtual servers", len(got))
+	}
+	took[0] = time.Since(start)
+	if err != nil {
+		return took, err
+	}
+	start = time.Now()
+	svcs, err := be.ipvs.GetServices()
+	for _, s := range svcs {
+		if err != nil {
+			break
+		}
+		_, err = be.ipvs.GetDestinations(s)
+	}
+	took[1] = time.Since(start)
+	return took, err
+}
