@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,8 +26,12 @@ import (
 // The two-node cluster: each node is its own netns topology with its own
 // client, and only node-a has a pod. Node-b's client link uses another
 // subnet so that the two nodes' addresses differ, as in one cluster.
+// Node-b reaches that pod's IP as over a cluster's pod network: its own
+// topology has a stand-in pod with the same address, remote-0, so that a
+// connection node-b forwards to the pod is answered rather than lost.
 var (
 	localPod      = netns.PodSpec{Name: "local-0", IP: netip.MustParseAddr("10.244.0.11"), Ports: []uint16{podPort}}
+	remotePod     = netns.PodSpec{Name: "remote-0", IP: localPod.IP, Ports: []uint16{podPort}}
 	nodeBSubnet   = netip.MustParsePrefix("172.31.0.0/24")
 	loadBalancer  = netip.MustParseAddr("203.0.113.10") // TEST-NET-3
 	localEndpoint = regexp.MustCompile(`"localEndpoints":\s*(\d+)`)
@@ -47,7 +52,7 @@ func TestWeirExternalTrafficPolicyLocal(t *testing.T) {
 	ctx := t.Context()
 	applyManifests(ctx, t, cp, false)
 	topoA := netns.NewT(t, netns.Options{Pods: []netns.PodSpec{localPod}})
-	topoB := netns.NewT(t, netns.Options{ClientSubnet: nodeBSubnet})
+	topoB := netns.NewT(t, netns.Options{ClientSubnet: nodeBSubnet, Pods: []netns.PodSpec{remotePod}})
 	createNode(ctx, t, cp, "node-a", topoA.NodeIP)
 	createNode(ctx, t, cp, "node-b", topoB.NodeIP)
 
@@ -75,7 +80,32 @@ func TestWeirExternalTrafficPolicyLocal(t *testing.T) {
 			t.Errorf("%s on node-a: answer %v, %v; want %s with the client's source %s kept", addr, a, err, localPod.Name, topoA.ClientIP)
 		}
 	}
+	// Internal traffic still reaches the pod on the other node.
+	waitSet(t, dB, topoB.Client, clusterIP(t, svc), programmingLimit, remotePod.Name)
+	// Only once node-b's first sync is committed does a timeout prove a
+	// drop rule: without rules, its kernel would refuse the node port, and
+	// a rule sending external traffic to the remote pod would be answered.
+	dB.waitLog(t, `msg="Synced rules" full=true`)
 	wantDropped(t, dB, topoB.Client, netip.AddrPortFrom(topoB.NodeIP, np), netip.AddrPortFrom(loadBalancer, 80))
+
+	// Switched to Cluster, node-b forwards external traffic to the pod too,
+	// masqueraded: the drops above were the policy, not the topology.
+	patch := []byte(`{"spec":{"externalTrafficPolicy":"Cluster"}}`)
+	if _, err := cp.Client.CoreV1().Services("default").Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nodePortB := netip.AddrPortFrom(topoB.NodeIP, np)
+	waitSet(t, dB, topoB.Client, nodePortB, programmingLimit, remotePod.Name)
+	if a, err := dial(topoB.Client, nodePortB, 3*time.Second); err != nil || a.Source.Addr() != topoB.NodeIP {
+		t.Errorf("%s on node-b with policy Cluster: answer %v, %v; want the source masqueraded to %s", nodePortB, a, err, topoB.NodeIP)
+	}
+	// The API server released the health check node port; Weir closes it.
+	hcB := "http://" + netip.AddrPortFrom(topoB.NodeIP, hc).String() + "/"
+	cB := nsHTTPClient(topoB.Client)
+	poll(t, programmingLimit, "node-b to close the released health check node port", func() bool {
+		_, _, err := get(cB, hcB)
+		return errors.Is(err, syscall.ECONNREFUSED)
+	})
 }
 
 // wantDropped makes three connections from ns to each of addrs at once and

@@ -159,6 +159,15 @@ func (d *weirDaemon) serving(t *testing.T, key string) string {
 	return addr
 }
 
+// waitLog waits until the daemon's output contains text.
+func (d *weirDaemon) waitLog(t *testing.T, text string) {
+	t.Helper()
+	poll(t, 30*time.Second, "weir on "+d.name+" to log "+text, func() bool {
+		d.mustRun(t)
+		return strings.Contains(d.out.String(), text)
+	})
+}
+
 // poll calls cond every 20 ms until it holds, and fails the test if it
 // does not within limit.
 func poll(t *testing.T, limit time.Duration, what string, cond func() bool) {
