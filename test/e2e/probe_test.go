@@ -38,6 +38,13 @@ func dial(ns *netns.Namespace, addr netip.AddrPort, limit time.Duration) (netns.
 // of about 3·(2/3)^30 ≈ 2e-5).
 const probeRun = 30
 
+// setDial bounds each of waitSet's connections. A SYN sent before the
+// rules exist is lost (the node routes it back to the client, which drops
+// it) and the kernel would retry it only after a second, so a longer
+// bound would add up to a second to every latency measured; a healthy
+// connection takes a few milliseconds.
+const setDial = 250 * time.Millisecond
+
 // waitSet connects from ns to addr, one connection after another, until
 // probeRun connections in a row are answered by pods in want and every pod
 // in want answered among them. It returns when the first connection of
@@ -51,10 +58,11 @@ func waitSet(t *testing.T, d *weirDaemon, ns *netns.Namespace, addr netip.AddrPo
 	for time.Now().Before(deadline) {
 		d.mustRun(t)
 		start := time.Now()
-		a, err := dial(ns, addr, time.Second)
+		a, err := dial(ns, addr, setDial)
 		switch {
 		case err != nil:
 			run, last = 0, err.Error()
+			time.Sleep(10 * time.Millisecond) // not yet served: do not spin on refusals
 			continue
 		case !slices.Contains(want, a.Pod):
 			run, last = 0, a.String()

@@ -101,7 +101,7 @@ func startWeir(t *testing.T, cp *controlplane.ControlPlane, node *netns.Namespac
 	t.Helper()
 	bin := weirBinary(t)
 	forwardAPIServer(t, cp, node)
-	kubeconfig := cp.KubeconfigForServiceAccount(t, "kube-system", "weir")
+	kubeconfig := ownCopy(t, cp.KubeconfigForServiceAccount(t, "kube-system", "weir"), nodeName+".kubeconfig")
 	args := append([]string{"run", "--source-kind", "kubernetes", "--kubeconfig", kubeconfig,
 		"--node-name", nodeName, "--cluster-cidrs", netns.DefaultPodCIDR.String(),
 		"--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"}, extra...)
@@ -127,6 +127,22 @@ func startWeir(t *testing.T, cp *controlplane.ControlPlane, node *netns.Namespac
 		}
 	})
 	return d
+}
+
+// ownCopy copies the file at path into a file of its own named name, so
+// that the control plane rewriting path (for the next daemon) cannot race
+// with a daemon reading it.
+func ownCopy(t *testing.T, path, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(own, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return own
 }
 
 // mustRun fails the test if the daemon has exited.
