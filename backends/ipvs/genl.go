@@ -38,9 +38,11 @@ type genlConn struct {
 	fd     int
 	family uint16
 	seq    uint32
-	bufs   [][]byte
-	hdrs   []mmsghdr
-	iovs   []unix.Iovec
+	// timeout bounds a wait for an answer.
+	timeout time.Duration
+	bufs    [][]byte
+	hdrs    []mmsghdr
+	iovs    []unix.Iovec
 }
 
 // mmsghdr is struct mmsghdr of recvmmsg(2).
@@ -64,7 +66,13 @@ func newGenlConn(h *netlink.Handle, fd int) (*genlConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: open generic netlink socket: %w", err)
 	}
-	c := &genlConn{sock: s, fd: s.GetFd(), family: fam.ID}
+	return onSocket(s, fam.ID)
+}
+
+// onSocket returns a client on the generic netlink socket s for family
+// fam; it closes s when it fails.
+func onSocket(s *nl.NetlinkSocket, fam uint16) (*genlConn, error) {
+	c := &genlConn{sock: s, fd: s.GetFd(), family: fam, timeout: recvTimeout}
 	if err := c.tune(); err != nil {
 		s.Close()
 		return nil, err
@@ -78,8 +86,8 @@ func newGenlConn(h *netlink.Handle, fd int) (*genlConn, error) {
 	return c, nil
 }
 
-// tune makes room for a window of acknowledgements, asks for bare ones
-// (no copy of a failed request) and bounds each wait.
+// tune makes room for a window of acknowledgements and asks for bare
+// ones (no copy of a failed request).
 func (c *genlConn) tune() error {
 	if unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvBufBytes) != nil {
 		// Without CAP_NET_ADMIN: as much as rmem_max allows.
@@ -89,10 +97,6 @@ func (c *genlConn) tune() error {
 	}
 	if err := unix.SetsockoptInt(c.fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1); err != nil {
 		return fmt.Errorf("ipvs: set NETLINK_CAP_ACK: %w", err)
-	}
-	tv := unix.NsecToTimeval(recvTimeout.Nanoseconds())
-	if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return fmt.Errorf("ipvs: set receive timeout: %w", err)
 	}
 	return nil
 }
@@ -133,6 +137,14 @@ func (c *genlConn) read() ([]syscall.NetlinkMessage, error) {
 		if errno == unix.EINTR {
 			continue
 		}
+		if errno == unix.EAGAIN {
+			// The socket is non-blocking (nl's, for Go's poller); the
+			// kernel answers within sendto, so this is a safety net.
+			if err := c.wait(); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if errno != 0 {
 			return nil, errno
 		}
@@ -151,6 +163,23 @@ func (c *genlConn) read() ([]syscall.NetlinkMessage, error) {
 		msgs = append(msgs, m...)
 	}
 	return msgs, nil
+}
+
+// wait blocks until the socket has something to read, or c.timeout.
+func (c *genlConn) wait() error {
+	fds := []unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, int(c.timeout.Milliseconds()))
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return err
+		case n == 0:
+			return fmt.Errorf("no answer from the kernel within %s", c.timeout)
+		}
+		return nil
+	}
 }
 
 // ackErr returns the error an NLMSG_ERROR or NLMSG_DONE message carries
@@ -172,7 +201,7 @@ func ackErr(m syscall.NetlinkMessage) error {
 // error, errs covers only the requests whose fate is known.
 func (c *genlConn) pipeline(reqs [][]byte, first uint32) (errs []error, err error) {
 	errs = make([]error, 0, len(reqs))
-	buf := make([]byte, 0, writeBytes+4096)
+	var buf []byte // grows to the largest write, then is reused
 	for len(errs) < len(reqs) {
 		start := len(errs)
 		end := windowEnd(reqs, start)
