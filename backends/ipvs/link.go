@@ -39,7 +39,7 @@ func ensureDummy(h *netlink.Handle, name string) (netlink.Link, error) {
 // linkAddrs returns the addresses on the link, except link-local ones
 // (the kernel's own IPv6 fe80:: address), which Weir never manages.
 func linkAddrs(h *netlink.Handle, l netlink.Link) ([]netip.Addr, error) {
-	list, err := h.AddrList(l, netlink.FAMILY_ALL)
+	list, err := addrList(h, l)
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: list addresses of interface %s: %w", l.Attrs().Name, err)
 	}
@@ -50,6 +50,19 @@ func linkAddrs(h *netlink.Handle, l netlink.Link) ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
+}
+
+// addrList lists the addresses of l (nil: all), again when the kernel
+// marks the dump interrupted by a concurrent change (netlink returns
+// EINTR; seen when a test namespace's interfaces were still settling),
+// up to five tries.
+func addrList(h *netlink.Handle, l netlink.Link) ([]netlink.Addr, error) {
+	for try := 1; ; try++ {
+		list, err := h.AddrList(l, netlink.FAMILY_ALL)
+		if !errors.Is(err, unix.EINTR) || try == 5 {
+			return list, err
+		}
+	}
 }
 
 // hostAddr returns a as a netlink address with a host prefix (/32, /128).
@@ -91,7 +104,7 @@ func delAddr(h *netlink.Handle, l netlink.Link, a netip.Addr) error {
 // every address except loopback, link-local ones and those on the
 // interface skip (Weir's own).
 func localAddrs(h *netlink.Handle, skip int) ([]netip.Addr, error) {
-	list, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	list, err := addrList(h, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: list local addresses: %w", err)
 	}
