@@ -118,7 +118,7 @@ clean:
 
 .PHONY: controlplane e2e
 
-## controlplane: kube-apiserver, kube-controller-manager and etcd for the end-to-end tests, built once from the module proxy (hack/controlplane) into ~/.cache/weir-controlplane (or $WEIR_CONTROLPLANE_CACHE); prints their folder
+## controlplane: kube-apiserver, kube-controller-manager and etcd for the end-to-end tests, built once from the module proxy (hack/controlplane) into ~/.cache/weir-controlplane (or $WEIRTEST_CONTROLPLANE_CACHE); prints their folder
 controlplane:
 	@GO=$(GO) hack/controlplane/build.sh
 
@@ -126,4 +126,4 @@ controlplane:
 e2e:
 	$(GO) vet -tags e2e ./test/e2e/...
 	dir=$$(GO=$(GO) hack/controlplane/build.sh) && \
-	  WEIR_CONTROLPLANE_BIN=$$dir CI=true $(GO) test -count=1 -tags e2e -timeout 30m -v ./test/e2e/...
+	  WEIRTEST_CONTROLPLANE_BIN=$$dir CI=true $(GO) test -count=1 -tags e2e -timeout 30m -v ./test/e2e/...

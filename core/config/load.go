@@ -15,6 +15,7 @@ import (
 	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+	"github.com/weirproxy/weir/internal/sysctl"
 )
 
 const sourceDefault = "default"
@@ -123,7 +124,9 @@ func (l *loader) loadEnv(environ []string) error {
 		TransformFunc: func(name, value string) (string, any) {
 			f := byEnv[name]
 			switch {
-			case name == configEnv:
+			case name == configEnv || name == sysctl.RootEnv:
+				// Not configuration keys: the file to read, and where
+				// internal/sysctl finds the sysctl tree.
 				return "", nil
 			case f == nil:
 				unknown = append(unknown, name)

@@ -4,7 +4,7 @@
 # cache folder keyed by their versions, and prints that folder. Later runs
 # find the folder complete and only print it.
 #
-#   WEIR_CONTROLPLANE_CACHE  the cache root (default ~/.cache/weir-controlplane)
+#   WEIRTEST_CONTROLPLANE_CACHE  the cache root (default ~/.cache/weir-controlplane)
 #   GO                       the go command (default go)
 #
 # A cold build takes tens of minutes on two cores; progress goes to stderr.
@@ -16,7 +16,7 @@ cd "$here"
 
 k8s=$($GO list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd=$($GO list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
-root=${WEIR_CONTROLPLANE_CACHE:-${HOME:?}/.cache/weir-controlplane}
+root=${WEIRTEST_CONTROLPLANE_CACHE:-${HOME:?}/.cache/weir-controlplane}
 dir="$root/k8s-$k8s-etcd-$etcd"
 
 if [ -f "$dir/.complete" ]; then

@@ -44,9 +44,21 @@ func decode(t *testing.T, what string, doc []byte, obj any) {
 	}
 }
 
+// loadConfig loads the file at path with the environment the DaemonSet
+// gives Weir (a field reference reads "node-a").
 func loadConfig(t *testing.T, path string) *config.Config {
 	t.Helper()
-	c, err := config.Load(nil, []string{"WEIR_CONFIG=" + path})
+	var ds appsv1.DaemonSet
+	decode(t, "daemonset.yaml", documents(t, "daemonset.yaml")[0], &ds)
+	environ := []string{"WEIR_CONFIG=" + path}
+	for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			v = "node-a"
+		}
+		environ = append(environ, e.Name+"="+v)
+	}
+	c, err := config.Load(nil, environ)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

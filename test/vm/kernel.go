@@ -20,10 +20,10 @@ type Kernel struct {
 	Modules string
 }
 
-// CacheDir returns where fetched kernels are kept: $WEIR_VM_CACHE, or
+// CacheDir returns where fetched kernels are kept: $WEIRTEST_VM_CACHE, or
 // weir-vm in the user's cache folder.
 func CacheDir() string {
-	if d := os.Getenv("WEIR_VM_CACHE"); d != "" {
+	if d := os.Getenv("WEIRTEST_VM_CACHE"); d != "" {
 		return d
 	}
 	base, err := os.UserCacheDir()

@@ -21,15 +21,15 @@ type Binaries struct {
 const (
 	// BinEnv names a folder holding etcd, kube-apiserver and
 	// kube-controller-manager; it overrides the cache lookup.
-	BinEnv = "WEIR_CONTROLPLANE_BIN"
+	BinEnv = "WEIRTEST_CONTROLPLANE_BIN"
 	// CacheEnv is the cache root hack/controlplane/build.sh builds into.
-	CacheEnv = "WEIR_CONTROLPLANE_CACHE"
+	CacheEnv = "WEIRTEST_CONTROLPLANE_CACHE"
 )
 
 // toolsModule is the tools module's go.mod, relative to the repository root.
 const toolsModule = "hack/controlplane/go.mod"
 
-// FindBinaries locates the control plane's binaries: in $WEIR_CONTROLPLANE_BIN
+// FindBinaries locates the control plane's binaries: in $WEIRTEST_CONTROLPLANE_BIN
 // when set, otherwise in the folder of build.sh's cache for the versions
 // hack/controlplane/go.mod pins (found by walking up from the working
 // directory). The error says how to build them.
