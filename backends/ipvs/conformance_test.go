@@ -13,16 +13,14 @@ import (
 // backend inside the VM of `make test-vm`, once per iptables flavour of
 // its rule layer (go test -run 'TestConformance/nft/' picks one).
 func TestConformance(t *testing.T) {
-	for _, fl := range []string{FlavourLegacy, FlavourNFT} {
-		t.Run(fl, func(t *testing.T) {
-			conformance.Run(t, func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
-				b, err := New(Options{Common: backends.Common{NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll}, Flavour: fl})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { b.Close() })
-				return b
-			})
-		})
-	}
+	conformance.RunFlavours(t, []string{FlavourLegacy, FlavourNFT}, func(fl string) conformance.NewBackend {
+		return func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
+			b, err := New(Options{Common: backends.Common{NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll}, Flavour: fl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			return b
+		}
+	})
 }

@@ -27,7 +27,7 @@ func reapable(c connCounts, since, now time.Time, grace time.Duration) bool {
 // reap deletes the draining real servers whose connections have ended or
 // whose grace period is over, and forgets those the kernel no longer has.
 // It reads the real servers of only the virtual servers that have
-// draining ones.
+// draining ones, and sends the deletions in one pipeline.
 func (b *Backend) reap(now time.Time) error {
 	var keys []vsKey
 	for k, vs := range b.programmed {
@@ -37,32 +37,31 @@ func (b *Backend) reap(now time.Time) error {
 	}
 	slices.SortFunc(keys, vsKey.compare)
 	var errs []error
+	var ops []op
 	for _, k := range keys {
 		vs := b.programmed[k]
-		counts, err := b.counts(k, vs)
+		counts, err := b.counts(k)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		for _, a := range slices.SortedFunc(maps.Keys(vs.draining), netip.AddrPort.Compare) {
 			c, present := counts[a]
-			if present && !reapable(c, vs.draining[a], now, b.opts.GracePeriod) {
-				continue
-			}
-			if err := apply(b.ipvs, b.programmed, op{kind: opDelRS, key: k, real: a}, now); err != nil {
-				errs = append(errs, err)
+			if !present || reapable(c, vs.draining[a], now, b.opts.GracePeriod) {
+				ops = append(ops, op{kind: opDelRS, key: k, real: a})
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("ipvs: graceful termination: %w", errs[0])
+	errs = append(errs, applyBatch(b.genl, b.programmed, ops, now))
+	if err := firstOf(errs); err != nil {
+		return fmt.Errorf("ipvs: graceful termination: %w", err)
 	}
 	return nil
 }
 
-// counts returns the connection counts of a virtual server's real servers.
-func (b *Backend) counts(k vsKey, vs *virtualServer) (map[netip.AddrPort]connCounts, error) {
-	dests, err := b.ipvs.GetDestinations(toService(k, vs))
+// counts returns the connection counts of the real servers of k.
+func (b *Backend) counts(k vsKey) (map[netip.AddrPort]connCounts, error) {
+	dests, err := b.genl.dests(k)
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: list real servers of virtual server %s: %w", k, err)
 	}

@@ -149,17 +149,6 @@ func readKernel(c *genlConn, ours func(vsKey) bool) (map[vsKey]*virtualServer, e
 	return out, nil
 }
 
-// apply sends one op to the kernel and, when it succeeded, records it in
-// programmed. Adding what exists updates it; deleting what is gone is
-// not an error, so a memory that drifted from the kernel converges.
-func apply(c ipvsConn, programmed map[vsKey]*virtualServer, o op, now time.Time) error {
-	if err := send(c, programmed[o.key], o); err != nil {
-		return err
-	}
-	record(programmed, o, now)
-	return nil
-}
-
 // record notes in programmed that the kernel took o. A change to a real
 // server of a virtual server that was never recorded is not noted (the
 // kernel cannot have taken it).
@@ -185,37 +174,6 @@ func record(programmed map[vsKey]*virtualServer, o op, now time.Time) {
 		delete(vs.reals, o.real)
 		delete(vs.draining, o.real)
 	}
-}
-
-// send performs one op over netlink; cur is the programmed virtual server
-// (nil for opAddVS).
-func send(c ipvsConn, cur *virtualServer, o op) error {
-	var err error
-	svc := toService(o.key, cur)
-	dst := toDestination(o.real, o.weight)
-	switch o.kind {
-	case opAddVS:
-		svc = toService(o.key, o.vs)
-		if err = c.NewService(svc); errors.Is(err, unix.EEXIST) {
-			err = c.UpdateService(svc)
-		}
-	case opUpdateVS:
-		err = c.UpdateService(toService(o.key, o.vs))
-	case opDelVS:
-		err = ignoreGone(c.DelService(svc))
-	case opAddRS:
-		if err = c.NewDestination(svc, dst); errors.Is(err, unix.EEXIST) {
-			err = c.UpdateDestination(svc, dst)
-		}
-	case opUpdateRS, opDrainRS:
-		err = c.UpdateDestination(svc, dst)
-	case opDelRS:
-		err = ignoreGone(c.DelDestination(svc, dst))
-	}
-	if err != nil {
-		return fmt.Errorf("ipvs: %s: %w", o, err)
-	}
-	return nil
 }
 
 // ignoreGone treats "no such virtual or real server" as success.

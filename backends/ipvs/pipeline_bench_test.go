@@ -4,6 +4,7 @@ package ipvs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/backends/internal/benchkit"
 	"github.com/weirproxy/weir/sdk/plan"
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkIPVSOps10k isolates the IPVS part of BenchmarkSync10k: 10k
@@ -98,4 +100,49 @@ func (be *Backend) loadOps(ops []op, pipelined bool) ([3]time.Duration, error) {
 	}
 	took[1] = time.Since(start)
 	return took, err
+}
+
+// The one-round-trip-per-op baseline the benchmark compares with:
+// github.com/moby/ipvs, as the backend used it before the pipelined client.
+
+// apply sends one op to the kernel and, when it succeeded, records it in
+// programmed. Adding what exists updates it; deleting what is gone is
+// not an error, so a memory that drifted from the kernel converges.
+func apply(c ipvsConn, programmed map[vsKey]*virtualServer, o op, now time.Time) error {
+	if err := send(c, programmed[o.key], o); err != nil {
+		return err
+	}
+	record(programmed, o, now)
+	return nil
+}
+
+// send performs one op over netlink; cur is the programmed virtual server
+// (nil for opAddVS).
+func send(c ipvsConn, cur *virtualServer, o op) error {
+	var err error
+	svc := toService(o.key, cur)
+	dst := toDestination(o.real, o.weight)
+	switch o.kind {
+	case opAddVS:
+		svc = toService(o.key, o.vs)
+		if err = c.NewService(svc); errors.Is(err, unix.EEXIST) {
+			err = c.UpdateService(svc)
+		}
+	case opUpdateVS:
+		err = c.UpdateService(toService(o.key, o.vs))
+	case opDelVS:
+		err = ignoreGone(c.DelService(svc))
+	case opAddRS:
+		if err = c.NewDestination(svc, dst); errors.Is(err, unix.EEXIST) {
+			err = c.UpdateDestination(svc, dst)
+		}
+	case opUpdateRS, opDrainRS:
+		err = c.UpdateDestination(svc, dst)
+	case opDelRS:
+		err = ignoreGone(c.DelDestination(svc, dst))
+	}
+	if err != nil {
+		return fmt.Errorf("ipvs: %s: %w", o, err)
+	}
+	return nil
 }

@@ -123,6 +123,15 @@ func Run(t *testing.T, newBackend NewBackend) {
 	RunRows(t, Rows(), newBackend)
 }
 
+// RunFlavours runs every row once per flavour (iptables-nft and legacy,
+// say), each as a subtest named after the flavour; newBackend returns the
+// constructor for one flavour.
+func RunFlavours(t *testing.T, flavours []string, newBackend func(flavour string) NewBackend) {
+	for _, fl := range flavours {
+		t.Run(fl, func(t *testing.T) { Run(t, newBackend(fl)) })
+	}
+}
+
 // RunRows runs the given rows, each as a parallel subtest; a backend may use
 // it to run a subset of the table or rows of its own.
 func RunRows(t *testing.T, rows []Row, newBackend NewBackend) {
