@@ -51,7 +51,9 @@ func TestKernelHealthAndMetrics(t *testing.T) {
 	if code, body := httpGet(t, c, "http://"+metricsAddr+"/healthz"); code != http.StatusOK || body != "ok" {
 		t.Errorf("metrics server /healthz: %d %q; want 200 ok", code, body)
 	}
-	_, text := httpGet(t, c, "http://"+metricsAddr+"/metrics")
+	// Traffic flows once the rules are committed; the sync is recorded just
+	// after (conntrack cleanup and the health-check servers come between).
+	text := waitMetric(t, d, c, metricsAddr, `(?m)^kubeproxy_sync_proxy_rules_last_timestamp_seconds [1-9]`)
 	for _, re := range []string{
 		`(?m)^kubeproxy_sync_full_proxy_rules_duration_seconds_count [1-9]`,
 		`(?m)^kubeproxy_sync_proxy_rules_duration_seconds_bucket\{le="16.384"\} [1-9]`,
@@ -151,8 +153,8 @@ func httpGet(t *testing.T, c *http.Client, url string) (int, string) {
 	return res.StatusCode, string(body)
 }
 
-// waitMetric polls /metrics until it matches re.
-func waitMetric(t *testing.T, d *daemon, c *http.Client, addr, re string) {
+// waitMetric polls /metrics until it matches re, and returns that scrape.
+func waitMetric(t *testing.T, d *daemon, c *http.Client, addr, re string) string {
 	t.Helper()
 	want := regexp.MustCompile(re)
 	deadline := time.Now().Add(10 * time.Second)
@@ -160,11 +162,12 @@ func waitMetric(t *testing.T, d *daemon, c *http.Client, addr, re string) {
 	for time.Now().Before(deadline) {
 		d.mustRun(t)
 		if _, text = httpGet(t, c, "http://"+addr+"/metrics"); want.MatchString(text) {
-			return
+			return text
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("/metrics did not match %s within 10s:\n%s", re, text)
+	return ""
 }
 
 // rewriteSlice drops pod's endpoints from the EndpointSlices in path and
