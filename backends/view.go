@@ -19,6 +19,10 @@ type Reader interface {
 	// ReadBack reads the kernel's rules, independently of what the backend
 	// remembers committing.
 	ReadBack(ctx context.Context) (*View, error)
+	// Expected returns the view ReadBack must return once p is committed,
+	// and the service owning each destination: Expect with the options
+	// of this backend.
+	Expected(p *plan.Plan) (*View, map[Destination]plan.Key)
 }
 
 // View is what the kernel does with new connections to every destination
