@@ -19,6 +19,20 @@ type Handler interface {
 	OnSynced()
 }
 
+// Reporter is an optional capability of a Handler: a source that can lose
+// sight of its objects (a manifests folder removed, an API server that
+// stopped answering) says so, and says when it sees them again. The objects
+// last delivered stay in force meanwhile: a source never deletes objects
+// because it cannot read them.
+type Reporter interface {
+	// OnSourceDown reports that the source cannot read its objects, and
+	// why; it may be called again with a newer reason.
+	OnSourceDown(err error)
+	// OnSourceUp reports that the source reads its objects again (after
+	// delivering the changes it found).
+	OnSourceUp()
+}
+
 // Source delivers object changes to a handler until its context ends.
 type Source interface {
 	// Run blocks, calling h for every change, and returns when ctx is done or
