@@ -18,6 +18,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"strings"
@@ -47,6 +48,10 @@ type Config struct {
 	LocalhostNodePorts bool
 	// NodePortAddresses selects the node addresses that accept NodePort traffic.
 	NodePortAddresses NodePortAddresses
+	// NodePortRange is the range node ports (and health check node ports)
+	// must lie in, the API server's --service-node-port-range; ports
+	// outside it are skipped with a warning.
+	NodePortRange PortRange
 	// SyncPeriod is the longest time between two full syncs of kernel state.
 	SyncPeriod time.Duration
 	// MinSyncPeriod is the shortest time between two syncs, however fast
@@ -104,6 +109,17 @@ type NodePortAddresses struct {
 	// CIDRs restricts NodePorts to the local addresses inside these ranges.
 	CIDRs []netip.Prefix
 }
+
+// PortRange is an inclusive range of ports.
+type PortRange struct {
+	First, Last uint16
+}
+
+// Contains reports whether port lies in the range.
+func (r PortRange) Contains(port uint16) bool { return port >= r.First && port <= r.Last }
+
+// String formats the range as the API server's flag does: "30000-32767".
+func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
 
 // LogConfig configures the process log.
 type LogConfig struct {
@@ -190,6 +206,7 @@ func Default() *Config {
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
 		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
 		LocalhostNodePorts: true,
+		NodePortRange:      PortRange{First: 30000, Last: 32767},
 	}
 }
 

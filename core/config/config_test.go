@@ -72,6 +72,7 @@ func TestDefault(t *testing.T) {
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
 		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
 		LocalhostNodePorts: true,
+		NodePortRange:      PortRange{First: 30000, Last: 32767},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -102,6 +103,7 @@ func TestNames(t *testing.T) {
 		{"masqueradeAll", "WEIR_MASQUERADE_ALL", "masquerade-all"},
 		{"localhostNodePorts", "WEIR_LOCALHOST_NODE_PORTS", "localhost-node-ports"},
 		{"nodePortAddresses", "WEIR_NODE_PORT_ADDRESSES", "node-port-addresses"},
+		{"nodePortRange", "WEIR_NODE_PORT_RANGE", "node-port-range"},
 		{"syncPeriod", "WEIR_SYNC_PERIOD", "sync-period"},
 		{"minSyncPeriod", "WEIR_MIN_SYNC_PERIOD", "min-sync-period"},
 		{"metricsBindAddress", "WEIR_METRICS_BIND_ADDRESS", "metrics-bind-address"},
@@ -244,6 +246,12 @@ func TestValues(t *testing.T) {
 		{"nodePortAddresses primary from environment",
 			input{env: []string{"WEIR_NODE_PORT_ADDRESSES=primary"}},
 			func(c *Config) { c.NodePortAddresses.Primary = true }},
+		{"nodePortRange from flag",
+			input{args: []string{"--node-port-range=20000-22767"}},
+			func(c *Config) { c.NodePortRange = PortRange{First: 20000, Last: 22767} }},
+		{"nodePortRange of one port in YAML",
+			input{yaml: "nodePortRange: 30080-30080\n"},
+			func(c *Config) { c.NodePortRange = PortRange{First: 30080, Last: 30080} }},
 		{"nodePortAddresses CIDRs from flag",
 			input{args: []string{"--node-port-addresses=192.168.0.0/16,fd00::/64"}},
 			func(c *Config) { c.NodePortAddresses.CIDRs = prefixes(t, "192.168.0.0/16", "fd00::/64") }},

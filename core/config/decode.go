@@ -26,6 +26,7 @@ const (
 	allowedCIDRs       = "CIDRs such as 10.0.0.0/8 or fd00::/48, as a YAML list or comma-separated"
 	allowedNodePorts   = "the single word primary on its own, or CIDRs such as 192.168.0.0/16 or fd00::/64, as a YAML list or comma-separated"
 	allowedBool        = "true or false"
+	allowedPortRange   = "two ports FIRST-LAST with 1 <= FIRST <= LAST <= 65535, such as 30000-32767"
 	allowedIfPrefix    = "an interface name prefix of 1 to 14 characters without spaces or slashes, such as veth or cali"
 	allowedIfName      = "an interface name of 1 to 15 characters without spaces, slashes or colons, such as weir-ipvs0"
 	allowedPositive    = "a duration greater than zero, such as 30s, 1m or 500ms"
@@ -270,6 +271,23 @@ func setNodePortAddresses(c *Config, raw any) *bad {
 		return &bad{item, allowedNodePorts}
 	}
 	c.NodePortAddresses = NodePortAddresses{CIDRs: ps}
+	return nil
+}
+
+// setPortRange accepts "FIRST-LAST", as the API server's
+// --service-node-port-range does.
+func setPortRange(c *Config, raw any) *bad {
+	s, ok := scalar(raw)
+	first, last, found := strings.Cut(strings.TrimSpace(s), "-")
+	if !ok || !found {
+		return &bad{show(raw), allowedPortRange}
+	}
+	f, err1 := strconv.ParseUint(strings.TrimSpace(first), 10, 16)
+	l, err2 := strconv.ParseUint(strings.TrimSpace(last), 10, 16)
+	if err1 != nil || err2 != nil || f < 1 || f > l {
+		return &bad{show(raw), allowedPortRange}
+	}
+	c.NodePortRange = PortRange{First: uint16(f), Last: uint16(l)}
 	return nil
 }
 

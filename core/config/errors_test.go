@@ -36,6 +36,9 @@ func TestBadValues(t *testing.T) {
 		{input{args: []string{"--masquerade-all=yes"}}, "masqueradeAll", "yes", "flag --masquerade-all", "true or false"},
 		{input{yaml: "nodePortAddresses: [primary, 10.0.0.0/8]\n"}, "nodePortAddresses", "[primary, 10.0.0.0/8]", "file", "single word primary"},
 		{input{args: []string{"--node-port-addresses=eth0"}}, "nodePortAddresses", "eth0", "flag --node-port-addresses", "single word primary"},
+		{input{yaml: "nodePortRange: 32767-30000\n"}, "nodePortRange", "32767-30000", "file", "FIRST-LAST"},
+		{input{args: []string{"--node-port-range=30000"}}, "nodePortRange", "30000", "flag --node-port-range", "such as 30000-32767"},
+		{input{env: []string{"WEIR_NODE_PORT_RANGE=0-100"}}, "nodePortRange", "0-100", "environment WEIR_NODE_PORT_RANGE", "1 <= FIRST"},
 		{input{env: []string{"WEIR_SYNC_PERIOD=0s"}}, "syncPeriod", "0s", "environment WEIR_SYNC_PERIOD", "greater than zero"},
 		{input{yaml: "syncPeriod: 30\n"}, "syncPeriod", "30", "file", "such as 30s"},
 		{input{args: []string{"--sync-period=soon"}}, "syncPeriod", "soon", "flag --sync-period", "greater than zero"},
@@ -111,7 +114,7 @@ func TestUnknownKeys(t *testing.T) {
 			`config: unknown key "log.colour" in file FILE; known keys: format, level`},
 		{"dotted key in YAML",
 			input{yaml: "source.kind: files\n"},
-			`config: unknown key "source.kind" in file FILE; known keys: mode, nodeName, source, clusterCIDRs, localDetector, masqueradeAll, localhostNodePorts, nodePortAddresses, syncPeriod, minSyncPeriod, metricsBindAddress, healthzBindAddress, log, nftables, iptables, ipvs, hooks, plugins`},
+			`config: unknown key "source.kind" in file FILE; known keys: mode, nodeName, source, clusterCIDRs, localDetector, masqueradeAll, localhostNodePorts, nodePortAddresses, nodePortRange, syncPeriod, minSyncPeriod, metricsBindAddress, healthzBindAddress, log, nftables, iptables, ipvs, hooks, plugins`},
 		{"typo in the ipvs section",
 			input{yaml: "ipvs:\n  strictArp: true\n"},
 			`config: unknown key "ipvs.strictArp" in file FILE; did you mean "ipvs.strictARP"?`},
@@ -123,7 +126,7 @@ func TestUnknownKeys(t *testing.T) {
 			`config: unknown environment variable WEIR_SYNCPERIOD; did you mean "WEIR_SYNC_PERIOD"?`},
 		{"plugins have no variable",
 			input{env: []string{"WEIR_PLUGINS=a"}},
-			`config: unknown environment variable WEIR_PLUGINS; known variables: WEIR_CONFIG, WEIR_MODE, WEIR_NODE_NAME, WEIR_SOURCE_KIND, WEIR_SOURCE_PATH, WEIR_SOURCE_KUBECONFIG, WEIR_CLUSTER_CIDRS, WEIR_LOCAL_DETECTOR_MODE, WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX, WEIR_MASQUERADE_ALL, WEIR_LOCALHOST_NODE_PORTS, WEIR_NODE_PORT_ADDRESSES, WEIR_SYNC_PERIOD, WEIR_MIN_SYNC_PERIOD, WEIR_METRICS_BIND_ADDRESS, WEIR_HEALTHZ_BIND_ADDRESS, WEIR_LOG_FORMAT, WEIR_LOG_LEVEL, WEIR_NFTABLES_TABLE, WEIR_IPTABLES_BACKEND, WEIR_IPVS_SCHEDULER, WEIR_IPVS_STRICT_ARP, WEIR_IPVS_GRACE_PERIOD, WEIR_IPVS_INTERFACE, WEIR_HOOKS_CACHE_DIR`},
+			`config: unknown environment variable WEIR_PLUGINS; known variables: WEIR_CONFIG, WEIR_MODE, WEIR_NODE_NAME, WEIR_SOURCE_KIND, WEIR_SOURCE_PATH, WEIR_SOURCE_KUBECONFIG, WEIR_CLUSTER_CIDRS, WEIR_LOCAL_DETECTOR_MODE, WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX, WEIR_MASQUERADE_ALL, WEIR_LOCALHOST_NODE_PORTS, WEIR_NODE_PORT_ADDRESSES, WEIR_NODE_PORT_RANGE, WEIR_SYNC_PERIOD, WEIR_MIN_SYNC_PERIOD, WEIR_METRICS_BIND_ADDRESS, WEIR_HEALTHZ_BIND_ADDRESS, WEIR_LOG_FORMAT, WEIR_LOG_LEVEL, WEIR_NFTABLES_TABLE, WEIR_IPTABLES_BACKEND, WEIR_IPVS_SCHEDULER, WEIR_IPVS_STRICT_ARP, WEIR_IPVS_GRACE_PERIOD, WEIR_IPVS_INTERFACE, WEIR_HOOKS_CACHE_DIR`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

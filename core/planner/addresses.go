@@ -16,7 +16,7 @@ const defaultAffinitySeconds = 10800
 
 // serviceShape returns what every port of the service shares: addresses,
 // source ranges, traffic policies, health check port and affinity.
-func serviceShape(obj string, svc *corev1.Service) (*plan.Service, []Problem) {
+func serviceShape(cfg Config, obj string, svc *corev1.Service) (*plan.Service, []Problem) {
 	sh := &plan.Service{}
 	var problems []Problem
 	sh.ClusterIPs, problems = clusterIPs(obj, svc)
@@ -32,7 +32,7 @@ func serviceShape(obj string, svc *corev1.Service) (*plan.Service, []Problem) {
 	sh.ExternalLocal = hasNodePorts(svc) && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	sh.InternalLocal = svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
 	if sh.ExternalLocal && svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
-		sh.HealthCheckNodePort, p = healthCheckPort(obj, svc)
+		sh.HealthCheckNodePort, p = healthCheckPort(cfg, obj, svc)
 		problems = append(problems, p...)
 	}
 	sh.Affinity = affinity(svc)
@@ -124,13 +124,13 @@ func sourceRanges(obj string, svc *corev1.Service) ([]netip.Prefix, []Problem) {
 	return out, problems
 }
 
-func healthCheckPort(obj string, svc *corev1.Service) (uint16, []Problem) {
+func healthCheckPort(cfg Config, obj string, svc *corev1.Service) (uint16, []Problem) {
 	p := svc.Spec.HealthCheckNodePort
 	if p == 0 {
 		return 0, nil
 	}
-	if p < 1 || p > 65535 {
-		return 0, []Problem{{obj, "spec.healthCheckNodePort", fmt.Sprintf("%d is out of range 1-65535", p)}}
+	if why := cfg.NodePorts.check(p); why != "" {
+		return 0, []Problem{{obj, "spec.healthCheckNodePort", why}}
 	}
 	return uint16(p), nil
 }

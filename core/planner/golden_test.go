@@ -57,12 +57,16 @@ func TestGolden(t *testing.T) {
 	}
 }
 
+// goldenConfig plans as node-a in zone-a with the API server's default
+// node port range.
+var goldenConfig = planner.Config{NodeName: "node-a", Zone: "zone-a", NodePorts: planner.PortRange{First: 30000, Last: 32767}}
+
 // render plans each service in name order as node-a and renders the result.
 func render(states map[string]tracker.ServiceState) string {
 	var b strings.Builder
 	for _, name := range sortedKeys(states) {
 		fmt.Fprintf(&b, "# %s\n", name)
-		services, problems := planner.Service(planner.Config{NodeName: "node-a", Zone: "zone-a"}, states[name])
+		services, problems := planner.Service(goldenConfig, states[name])
 		for _, s := range services {
 			b.WriteString(s.String())
 		}

@@ -26,6 +26,31 @@ type Config struct {
 	NodeName string
 	// Zone is the node's topology.kubernetes.io/zone label, for topology hints.
 	Zone string
+	// NodePorts is the range node ports and health check node ports must
+	// lie in (the API server's service-node-port-range); the zero value
+	// allows every port.
+	NodePorts PortRange
+}
+
+// PortRange is an inclusive range of ports; the zero value holds every
+// port.
+type PortRange struct{ First, Last uint16 }
+
+// Contains reports whether port lies in the range.
+func (r PortRange) Contains(port uint16) bool {
+	return r == PortRange{} || (port >= r.First && port <= r.Last)
+}
+
+// check returns why port, set in field, is not acceptable as a node port,
+// or "".
+func (r PortRange) check(port int32) string {
+	switch {
+	case port < 1 || port > 65535:
+		return fmt.Sprintf("%d is out of range 1-65535", port)
+	case !r.Contains(uint16(port)):
+		return fmt.Sprintf("%d is outside nodePortRange %d-%d", port, r.First, r.Last)
+	}
+	return ""
 }
 
 // Problem is a piece of bad input the planner skipped: which object, which
@@ -47,7 +72,7 @@ func Service(cfg Config, st tracker.ServiceState) ([]*plan.Service, []Problem) {
 		return nil, nil
 	}
 	obj := "Service " + svc.Namespace + "/" + svc.Name
-	sh, problems := serviceShape(obj, svc)
+	sh, problems := serviceShape(cfg, obj, svc)
 	if len(sh.ClusterIPs) == 0 {
 		return nil, problems
 	}
@@ -108,8 +133,8 @@ func servicePort(cfg Config, obj string, svc *corev1.Service, i int, port corev1
 	ps.Port = uint16(port.Port)
 	var problems []Problem
 	if hasNodePorts(svc) && port.NodePort != 0 {
-		if port.NodePort < 1 || port.NodePort > 65535 {
-			problems = append(problems, Problem{obj, field + ".nodePort", fmt.Sprintf("%d is out of range 1-65535", port.NodePort)})
+		if why := cfg.NodePorts.check(port.NodePort); why != "" {
+			problems = append(problems, Problem{obj, field + ".nodePort", why})
 		} else {
 			ps.NodePort = uint16(port.NodePort)
 		}
