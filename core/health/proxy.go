@@ -25,7 +25,8 @@ type ProxyOptions struct {
 // /livez from that.
 //
 // The proxy is healthy unless a change has been queued for longer than the
-// timeout without a successful sync since. It is safe for concurrent use.
+// timeout without a successful sync since (a failed commit counts as one),
+// or its source cannot read its objects. It is safe for concurrent use.
 type Proxy struct {
 	timeout time.Duration
 	now     func() time.Time
@@ -39,6 +40,8 @@ type Proxy struct {
 	queued time.Time
 	// ineligible is set while this Node is being deleted.
 	ineligible bool
+	// sourceDown is set while the source cannot read its objects.
+	sourceDown bool
 }
 
 // NewProxy returns a healthy proxy state with nothing queued.
@@ -75,9 +78,20 @@ func (h *Proxy) SetNodeEligible(eligible bool) {
 	h.ineligible = !eligible
 }
 
+// SetSourceAvailable records whether the source can read its objects. While
+// it cannot (a manifests folder removed), the rules it delivered last stay
+// in force but the proxy is unhealthy: they may no longer be what the
+// cluster wants.
+func (h *Proxy) SetSourceAvailable(available bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sourceDown = !available
+}
+
 // Status is one reading of the proxy's health.
 type Status struct {
-	// Healthy is false when a change has waited longer than the timeout.
+	// Healthy is false when a change has waited longer than the timeout,
+	// or while the source cannot read its objects.
 	Healthy bool
 	// NodeEligible is false while this Node is being deleted.
 	NodeEligible bool
@@ -93,7 +107,7 @@ func (h *Proxy) Status() Status {
 	defer h.mu.Unlock()
 	now := h.now()
 	late := !h.queued.IsZero() && now.Sub(h.queued) >= h.timeout
-	return Status{Healthy: !late, NodeEligible: !h.ineligible, LastUpdated: h.lastUpdated, Now: now}
+	return Status{Healthy: !late && !h.sourceDown, NodeEligible: !h.ineligible, LastUpdated: h.lastUpdated, Now: now}
 }
 
 // Healthy reports whether the proxy keeps its rules up to date, whatever

@@ -7,10 +7,49 @@ import (
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
+// outcome is what one sync changes in the final plan, computed before the
+// commit. The proxy applies it to the final plan for the backend and undoes
+// it when the commit fails, so that a retry sees the same changes again.
+type outcome struct {
+	keys  []plan.Key      // every key whose final service was computed
+	final []*plan.Service // aligned with keys; nil removes the service
+	// changed are the keys whose rules changed: what the backend must write.
+	changed []plan.Key
+	// stale are the flows the changes leave pointing at removed endpoints.
+	stale []conntrack.Flow
+	// names are the services whose health checks follow the change.
+	names map[string]bool
+	// pluginErr reports plugin failures the hooks handled by policy.
+	pluginErr error
+}
+
+// apply writes the outcome into final and returns the function restoring
+// what it replaced.
+func (o *outcome) apply(final *plan.Plan) (undo func()) {
+	old := make([]*plan.Service, len(o.keys))
+	for i, k := range o.keys {
+		old[i] = final.Services[k]
+		setService(final, k, o.final[i])
+	}
+	return func() {
+		for i, k := range o.keys {
+			setService(final, k, old[i])
+		}
+	}
+}
+
+func setService(p *plan.Plan, k plan.Key, s *plan.Service) {
+	if s == nil {
+		delete(p.Services, k)
+	} else {
+		p.Services[k] = s
+	}
+}
+
 // applyHooks runs the hook plugins over the planned services that changed
-// (all of them on a full sync), updates the final plan and returns the keys
-// whose rules changed. Without hooks the final services are the planned ones.
-func (p *Proxy) applyHooks(ctx context.Context, planned []plan.Key, full bool) []plan.Key {
+// (all of them on a full sync) and returns the final services and what their
+// change means. Without hooks the final services are the planned ones.
+func (p *Proxy) applyHooks(ctx context.Context, planned []plan.Key, full bool) *outcome {
 	p.final.Node = p.plan.Node
 	keys := planned
 	if full {
@@ -32,53 +71,47 @@ func (p *Proxy) applyHooks(ctx context.Context, planned []plan.Key, full bool) [
 			gone = append(gone, k)
 		}
 	}
-	out := p.runHooks(ctx, in, gone, full)
-	var changed []plan.Key
-	names := map[string]bool{}
+	out := &outcome{names: map[string]bool{}}
+	var services []*plan.Service
+	services, out.pluginErr = p.runHooks(ctx, in, gone, full)
+	if p.opts.Hooks != nil {
+		p.keepWithoutLastGood(ctx, in, services)
+	}
 	for i, k := range present {
-		changed = p.setFinal(k, out[i], changed)
-		names[k.Namespace+"/"+k.Name] = true
+		out.add(k, p.final.Services[k], services[i])
 	}
 	for _, k := range gone {
-		changed = p.setFinal(k, nil, changed)
-		names[k.Namespace+"/"+k.Name] = true
+		out.add(k, p.final.Services[k], nil)
 	}
-	for name := range names {
-		p.updateHealthCheck(name)
-	}
-	return changed
+	return out
 }
 
-// runHooks returns the hooked services for in (in itself without hooks).
-func (p *Proxy) runHooks(ctx context.Context, in []*plan.Service, gone []plan.Key, full bool) []*plan.Service {
+// runHooks returns the hooked services for in (in itself without hooks)
+// and the plugin failures the hooks handled.
+func (p *Proxy) runHooks(ctx context.Context, in []*plan.Service, gone []plan.Key, full bool) ([]*plan.Service, error) {
 	if p.opts.Hooks == nil {
-		return in
+		return in, nil
 	}
 	if len(gone) > 0 {
 		p.opts.Hooks.Forget(gone...)
 	}
 	if len(in) == 0 && !full {
-		return in
+		return in, nil
 	}
-	// The hooks log each plugin failure with its policy; the error is for
-	// counting them.
-	out, _ := p.opts.Hooks.Apply(ctx, p.plan.Node, in, full)
-	return out
+	// The hooks log each plugin failure with its policy.
+	return p.opts.Hooks.Apply(ctx, p.plan.Node, in, full)
 }
 
-// setFinal stores one final service (nil removes it), collects the flows
-// its change makes stale and appends its key when its rules changed. Each
-// key comes here at most once per sync.
-func (p *Proxy) setFinal(k plan.Key, s *plan.Service, changed []plan.Key) []plan.Key {
-	old := p.final.Services[k]
-	if s == nil {
-		delete(p.final.Services, k)
-	} else {
-		p.final.Services[k] = s
-	}
+// add records one key's final service (nil: removed), the flows its change
+// makes stale, and whether its rules changed. Each key comes here at most
+// once per sync.
+func (o *outcome) add(k plan.Key, old, s *plan.Service) {
+	o.keys = append(o.keys, k)
+	o.final = append(o.final, s)
+	o.names[k.Namespace+"/"+k.Name] = true
 	if old.SameRules(s) {
-		return changed
+		return
 	}
-	p.stale = append(p.stale, conntrack.StaleFlows(old, s)...)
-	return append(changed, k)
+	o.stale = append(o.stale, conntrack.StaleFlows(old, s)...)
+	o.changed = append(o.changed, k)
 }

@@ -7,8 +7,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/core/tracker"
 )
+
+var _ source.Reporter = (*inbound)(nil)
 
 // toBeDeletedTaint is the taint the cluster autoscaler puts on a Node it is
 // about to remove; like kube-proxy, /healthz then fails so that load
@@ -37,6 +40,8 @@ type inbound struct {
 	// successful (full) sync commits.
 	triggers map[string][]time.Time
 	carried  []time.Time
+	// sourceDown is set between OnSourceDown and OnSourceUp.
+	sourceDown bool
 }
 
 func newInbound(p *Proxy, start time.Time) *inbound {
@@ -147,6 +152,35 @@ func nodeEligible(node *corev1.Node) bool {
 		}
 	}
 	return true
+}
+
+// OnSourceDown reports, once per outage, that the source cannot read its
+// objects; the rules stay as they are, and /healthz fails meanwhile.
+func (in *inbound) OnSourceDown(err error) {
+	in.mu.Lock()
+	first := !in.sourceDown
+	in.sourceDown = true
+	in.mu.Unlock()
+	if first {
+		in.p.log.Warn("The source cannot read its objects; keeping the current rules until it can", "error", err)
+	}
+	if h := in.p.opts.Health; h != nil {
+		h.SetSourceAvailable(false)
+	}
+}
+
+// OnSourceUp reports that the source reads its objects again.
+func (in *inbound) OnSourceUp() {
+	in.mu.Lock()
+	was := in.sourceDown
+	in.sourceDown = false
+	in.mu.Unlock()
+	if was {
+		in.p.log.Info("The source reads its objects again")
+	}
+	if h := in.p.opts.Health; h != nil {
+		h.SetSourceAvailable(true)
+	}
 }
 
 // OnSynced hands the end of the initial listing to the tracker.

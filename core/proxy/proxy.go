@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -44,6 +43,9 @@ type Options struct {
 	Health *health.Proxy
 	// Metrics, when set, records syncs and changes.
 	Metrics Metrics
+	// NodePorts is the range node ports must lie in (nodePortRange); the
+	// zero value allows every port.
+	NodePorts planner.PortRange
 	// Now is the clock of the health and metrics timestamps; nil means
 	// time.Now.
 	Now func() time.Time
@@ -105,16 +107,24 @@ type Proxy struct {
 	plan      *plan.Plan
 	final     *plan.Plan
 	byService map[string][]plan.Key // namespace/name -> its keys in plan
-	// problems remembers each service's last reported bad input, so a
-	// warning is logged when it appears or changes, not on every sync.
-	problems map[string][]planner.Problem
-	// healthChecks holds the health check of every service that has one.
+	// claims resolves service ports claiming one destination; unresolved
+	// keeps the planner's own service of each key that lost a claim.
+	claims     *planner.Claims
+	unresolved map[plan.Key]*plan.Service
+	// problems remembers each service's last reported bad input, and
+	// conflicts each key's lost claims, so a warning is logged when they
+	// appear or change, not on every sync.
+	problems  map[string][]planner.Problem
+	conflicts map[plan.Key][]planner.Problem
+	// healthChecks holds the health check of every service that has one,
+	// as last committed.
 	healthChecks map[string]health.Service
-	// stale collects, during one sync, the flows its changes make stale.
-	stale []conntrack.Flow
 	// resync is set after a failed commit: the keys that commit carried are
 	// no longer pending anywhere, so the next sync must be a full one.
 	resync bool
+	// pluginErr holds the plugin failures of the last sync, which the
+	// hooks handled by their policies.
+	pluginErr error
 }
 
 // New returns a proxy with an empty plan.
@@ -131,7 +141,8 @@ func New(opts Options) *Proxy {
 		plan:      &plan.Plan{Node: plan.Node{Name: opts.NodeName}, Services: map[plan.Key]*plan.Service{}},
 		final:     &plan.Plan{Node: plan.Node{Name: opts.NodeName}, Services: map[plan.Key]*plan.Service{}},
 		byService: map[string][]plan.Key{},
-		problems:  map[string][]planner.Problem{},
+		claims:    planner.NewClaims(), unresolved: map[plan.Key]*plan.Service{},
+		problems: map[string][]planner.Problem{}, conflicts: map[plan.Key][]planner.Problem{},
 
 		healthChecks: map[string]health.Service{},
 	}
@@ -201,6 +212,15 @@ func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	return err
 }
 
+// PluginFailures returns the plugin failures of the last sync, which the
+// hooks handled by their failure policies (the sync itself succeeded); nil
+// when there were none. weir sync --once reports them.
+func (p *Proxy) PluginFailures() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pluginErr
+}
+
 // record tells the health state and the metrics how a sync that started
 // at start ended. The trigger times of a failed sync wait for the next.
 func (p *Proxy) record(full bool, start time.Time, triggers []time.Time, err error) {
@@ -210,6 +230,11 @@ func (p *Proxy) record(full bool, start time.Time, triggers []time.Time, err err
 	m := p.opts.Metrics
 	if err != nil {
 		p.in.restore(triggers)
+		if p.opts.Health != nil {
+			// The rules the kernel should have wait for the retry, whether
+			// or not a change was queued: the timeout runs from now.
+			p.opts.Health.Queued()
+		}
 		if m != nil {
 			m.CommitFailed()
 		}
@@ -228,38 +253,46 @@ func (p *Proxy) record(full bool, start time.Time, triggers []time.Time, err err
 	}
 }
 
-// sync is Sync with the lock held, on the tracker's snapshot.
+// sync is Sync with the lock held, on the tracker's snapshot. Its results
+// (the final plan, the flows to clear, the health checks) are folded into
+// the proxy's state only once the backend accepted them; a failed commit
+// leaves them to the retry, which is a full sync.
 func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) error {
 	start := time.Now()
 	p.log.Info("Syncing rules", "full", full)
 	node := p.plan.Node
-	p.stale = p.stale[:0]
 	planned := p.update(snap, full)
 	hooksStart := time.Now()
-	changed := p.applyHooks(ctx, planned, full)
+	out := p.applyHooks(ctx, planned, full)
 	hooksTook := time.Since(hooksStart)
+	p.pluginErr = out.pluginErr
 	// A node change alone (podCIDRs, addresses) still reaches the backend,
 	// with no changed services.
 	nodeChanged := !slices.Equal(node.PodCIDRs, p.plan.Node.PodCIDRs) || !slices.Equal(node.Addresses, p.plan.Node.Addresses)
-	if p.opts.Backend == nil || (!full && len(changed) == 0 && !nodeChanged) {
+	undo := out.apply(p.final)
+	checks := p.healthChecksOf(out.names)
+	if p.opts.Backend == nil || (!full && len(out.changed) == 0 && !nodeChanged) {
+		p.foldHealthChecks(checks)
 		return nil
 	}
-	keys := changed
+	keys := out.changed
 	if full {
 		keys = nil
 	} else if keys == nil {
 		keys = []plan.Key{} // partial, not full: nothing but the node changed
 	}
 	if err := p.opts.Backend.Sync(ctx, p.final, keys); err != nil {
+		undo()
 		p.resync = true
-		p.log.Error("Failed to execute sync; keeping the previous rules", "error", err, "full", full,
+		p.log.Error("Failed to execute sync; retrying with a full sync", "error", err, "full", full,
 			"services", keyList(keys))
 		return err
 	}
 	p.resync = false
-	p.clearStaleFlows(ctx)
+	p.foldHealthChecks(checks)
+	p.clearStaleFlows(ctx, out.stale)
 	p.syncHealthChecks()
-	attrs := []any{"full", full, "services", len(p.final.Services), "changed", len(changed),
+	attrs := []any{"full", full, "services", len(p.final.Services), "changed", len(out.changed),
 		"duration", time.Since(start).Round(time.Microsecond)}
 	if p.opts.Hooks != nil {
 		attrs = append(attrs, "hooks", hooksTook.Round(time.Microsecond))
@@ -288,115 +321,19 @@ func keyList(keys []plan.Key) string {
 	return b.String()
 }
 
-// update applies the tracker's pending changes to the planner's plan and
-// returns the keys whose plan service changed.
-func (p *Proxy) update(snap tracker.Snapshot, full bool) []plan.Key {
-	if snap.NodeChanged && !full {
-		// The node's zone decides topology for every service: replan them all
-		// (the backend still gets only the keys whose plan changed).
-		zone := p.plan.Node.Zone
-		if planner.Node(p.opts.NodeName, snap.Node).Zone != zone {
-			all := p.tracker.Checkout(true)
-			maps.Copy(snap.Services, all.Services)
-		}
-	}
-	if snap.NodeChanged || full {
-		p.plan.Node = planner.Node(p.opts.NodeName, snap.Node)
-	}
-	cfg := planner.Config{NodeName: p.opts.NodeName, Zone: p.plan.Node.Zone}
-	var changed []plan.Key
-	for _, name := range slices.Sorted(maps.Keys(snap.Services)) {
-		services, problems := planner.Service(cfg, snap.Services[name])
-		p.reportProblems(name, problems)
-		changed = p.replace(name, services, changed, !full)
-	}
-	return changed
-}
-
-// reportProblems logs a service's skipped input once per change of it.
-func (p *Proxy) reportProblems(name string, problems []planner.Problem) {
-	if slices.Equal(p.problems[name], problems) {
-		return
-	}
-	for _, pr := range problems {
-		p.log.Warn("Skipping invalid input", "object", pr.Object, "field", pr.Field, "reason", pr.Reason)
-	}
-	if len(problems) == 0 {
-		delete(p.problems, name)
-	} else {
-		p.problems[name] = problems
-	}
-}
-
-// replace swaps one service's keys in the plan for its new plan services and
-// appends the keys that changed.
-func (p *Proxy) replace(name string, services []*plan.Service, changed []plan.Key, logEach bool) []plan.Key {
-	var keys []plan.Key
-	for _, s := range services {
-		keys = append(keys, s.Key)
-		old := p.plan.Services[s.Key]
-		if old.Equal(s) {
-			continue
-		}
-		if logEach {
-			p.logChange(old, s)
-		}
-		p.plan.Services[s.Key] = s
-		changed = append(changed, s.Key)
-	}
-	for _, k := range p.byService[name] {
-		if !slices.Contains(keys, k) {
-			if logEach {
-				p.log.Info("Removing service", "service", k.String())
-			}
-			delete(p.plan.Services, k)
-			changed = append(changed, k)
-		}
-	}
-	if len(keys) == 0 {
-		delete(p.byService, name)
-	} else {
-		p.byService[name] = keys
-	}
-	return changed
-}
-
-// updateHealthCheck records the health check of one service from its final
-// plan services: its port and how many distinct endpoints on this node
-// serve its Local traffic.
-func (p *Proxy) updateHealthCheck(name string) {
-	delete(p.healthChecks, name)
-	var local []netip.Addr
-	for _, k := range p.byService[name] {
-		s := p.final.Services[k]
-		if s == nil || s.HealthCheckNodePort == 0 {
-			continue
-		}
-		hc := p.healthChecks[name]
-		hc.Namespace, hc.Name, hc.Port = s.Key.Namespace, s.Key.Name, s.HealthCheckNodePort
-		for _, e := range s.Endpoints {
-			if e.ForLocal && !slices.Contains(local, e.Address) {
-				local = append(local, e.Address)
-			}
-		}
-		hc.LocalEndpoints = len(local)
-		p.healthChecks[name] = hc
-	}
-}
-
 // clearStaleFlows deletes the conntrack entries the committed changes left
 // pointing at removed endpoints (or at nothing), so UDP clients that keep
 // their source port are not black-holed until the entries time out.
-func (p *Proxy) clearStaleFlows(ctx context.Context) {
-	if p.opts.Conntrack == nil || len(p.stale) == 0 {
+func (p *Proxy) clearStaleFlows(ctx context.Context, stale []conntrack.Flow) {
+	if p.opts.Conntrack == nil || len(stale) == 0 {
 		return
 	}
-	n, err := p.opts.Conntrack.Clear(ctx, p.stale)
+	n, err := p.opts.Conntrack.Clear(ctx, stale)
 	if err != nil {
 		p.log.Warn("Failed to clear stale conntrack entries", "error", err)
 	}
 	if n > 0 {
-		p.log.Info("Cleared stale conntrack entries", "entries", n, "flows", len(p.stale))
+		p.log.Info("Cleared stale conntrack entries", "entries", n, "flows", len(stale))
 	}
 }
 
@@ -413,20 +350,6 @@ func (p *Proxy) syncHealthChecks() {
 	if err := p.opts.HealthChecks.Sync(list); err != nil {
 		p.log.Warn("Failed to serve health check node ports", "error", err)
 	}
-}
-
-func (p *Proxy) logChange(old, cur *plan.Service) {
-	if old == nil {
-		p.log.Info("Adding new service", "service", cur.Key.String(), "endpoints", len(cur.Endpoints))
-		return
-	}
-	onlyEndpoints := old.Clone()
-	onlyEndpoints.Endpoints = cur.Endpoints
-	if onlyEndpoints.Equal(cur) {
-		p.log.Info("Updating endpoints", "service", cur.Key.String(), "endpoints", len(cur.Endpoints))
-		return
-	}
-	p.log.Info("Updating service", "service", cur.Key.String(), "endpoints", len(cur.Endpoints))
 }
 
 // LoadOnce runs src until it has delivered its initial objects, then stops it.

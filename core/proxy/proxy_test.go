@@ -448,11 +448,15 @@ func TestBackendFailure(t *testing.T) {
 		t.Errorf("a failed sync logged success:%s", logged(r))
 	}
 
-	// The plan holds the new state although the kernel does not.
+	// The final plan is what the kernel holds: the failed change is not in
+	// it, the planner's plan has it.
 	for _, k := range []plan.Key{key("web", "http"), key("web", "metrics")} {
-		eps := p.Plan().Services[k].Endpoints
+		if eps := p.Plan().Services[k].Endpoints; len(eps) != 2 {
+			t.Errorf("%s: final plan after the failure has %v, want the two committed endpoints", k, eps)
+		}
+		eps := p.Planned().Services[k].Endpoints
 		if len(eps) != 1 || eps[0].Address.String() != "10.244.0.13" {
-			t.Errorf("%s: plan after the failure has %v, want only 10.244.0.13", k, eps)
+			t.Errorf("%s: planner's plan after the failure has %v, want only 10.244.0.13", k, eps)
 		}
 	}
 
