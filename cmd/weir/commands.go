@@ -20,6 +20,7 @@ import (
 	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/core/health"
 	"github.com/weirproxy/weir/core/metrics"
+	"github.com/weirproxy/weir/core/planner"
 	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/core/runner"
 	"github.com/weirproxy/weir/core/source"
@@ -207,7 +208,7 @@ func runDaemon(env *environment) error {
 		return err
 	}
 	opts := proxy.Options{NodeName: env.cfg.NodeName, Backend: be, HealthChecks: hc, Conntrack: ct,
-		Health: ph, Metrics: m, Log: env.log}
+		Health: ph, Metrics: m, NodePorts: nodePorts(env), Log: env.log}
 	defer closeChain(chain)
 	if chain != nil {
 		opts.Hooks = chain
@@ -247,7 +248,19 @@ func runSync(env *environment) error {
 	if err != nil {
 		return err
 	}
-	return p.Sync(ctx, true)
+	if err := p.Sync(ctx, true); err != nil {
+		return err
+	}
+	if err := p.PluginFailures(); err != nil {
+		return fmt.Errorf("rules committed, but hook plugins failed (their failure policies applied): %w", err)
+	}
+	return nil
+}
+
+// nodePorts is the configured nodePortRange in the planner's terms.
+func nodePorts(env *environment) planner.PortRange {
+	r := env.cfg.NodePortRange
+	return planner.PortRange{First: r.First, Last: r.Last}
 }
 
 func runPlan(env *environment) error {
@@ -279,7 +292,7 @@ func loadedProxy(ctx context.Context, env *environment, be backends.Backend, cha
 	if err != nil {
 		return nil, err
 	}
-	opts := proxy.Options{NodeName: env.cfg.NodeName, Backend: be, Log: env.log}
+	opts := proxy.Options{NodeName: env.cfg.NodeName, Backend: be, NodePorts: nodePorts(env), Log: env.log}
 	if chain != nil {
 		opts.Hooks = chain
 	}
