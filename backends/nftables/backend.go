@@ -1,11 +1,15 @@
 // Package nftables programs Weir's plan into the kernel with nf_tables over
 // netlink (github.com/google/nftables; no nft binary at run time).
 //
-// Everything lives in one table of family ip (default name "weir"). A full
-// sync replaces the table in one atomic transaction; a partial sync sends only
-// the elements of the services that changed, also as one transaction. The
-// backend remembers what it committed and never reads kernel state back on
-// the sync path.
+// Everything lives in one table per family, ip and ip6 (default name
+// "weir"). The first full sync replaces the tables in one atomic
+// transaction; later full syncs empty and refill every object, recreating
+// what another process deleted; a partial sync sends only the elements of
+// the services that changed, also as one transaction. When a commit fails
+// (most often because another process changed the tables), Sync at once
+// rebuilds the tables from scratch, which also removes objects that are not
+// Weir's. The backend remembers what it committed and never reads kernel
+// state back on the sync path; ReadBack, for checking only, does.
 package nftables
 
 import (
@@ -36,7 +40,8 @@ type Options struct {
 // Backend is the nftables backend: one table per IP family, both changed in
 // one transaction. It is safe for one caller at a time.
 type Backend struct {
-	mu     sync.Mutex
+	mu sync.Mutex
+	// conn is nil after a failed commit, until the next use reopens it.
 	conn   *nftables.Conn
 	tables []*table // IPv4, then IPv6
 	opts   Options
@@ -51,15 +56,37 @@ func New(opts Options) (*Backend, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
+	conn, err := openConn(opts.NetNS)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{conn: conn, tables: newTables(opts), opts: opts, log: opts.Log}, nil
+}
+
+// openConn opens a lasting netlink socket in the network namespace netNS (0:
+// the caller's own) with buffers large enough for 10k services.
+func openConn(netNS int) (*nftables.Conn, error) {
 	connOpts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(forceBuffers)}
-	if opts.NetNS != 0 {
-		connOpts = append(connOpts, nftables.WithNetNSFd(opts.NetNS))
+	if netNS != 0 {
+		connOpts = append(connOpts, nftables.WithNetNSFd(netNS))
 	}
 	conn, err := nftables.New(connOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: open netlink socket: %w", err)
 	}
-	return &Backend{conn: conn, tables: newTables(opts), opts: opts, log: opts.Log}, nil
+	return conn, nil
+}
+
+// connection returns the netlink socket, reopening it after a failure.
+func (b *Backend) connection() (*nftables.Conn, error) {
+	if b.conn == nil {
+		conn, err := openConn(b.opts.NetNS)
+		if err != nil {
+			return nil, err
+		}
+		b.conn = conn
+	}
+	return b.conn, nil
 }
 
 // forceBuffers raises the netlink socket buffers past the system limits, as
@@ -85,6 +112,26 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	fromScratch := !b.tables[0].synced
+	err := b.sync(p, changed)
+	if err == nil || fromScratch {
+		return err
+	}
+	// The kernel refused a change against what Weir committed: most often
+	// another process deleted or added something. Rebuilding from scratch
+	// does not depend on what is there.
+	if rerr := b.fullSync(p); rerr != nil {
+		return fmt.Errorf("%w; rebuilding the tables from scratch failed too: %w", err, rerr)
+	}
+	b.log.Warn("nftables: a commit failed, so Weir "+rebuildLogged+"; they match the plan again "+
+		"(another process may have changed them; ClientIP affinity was reset)",
+		"tables", "ip/ip6 "+b.opts.Table, "error", err)
+	return nil
+}
+
+// sync commits p: a full sync when asked for or when the tables are not
+// known to hold Weir's last commit, a partial one otherwise.
+func (b *Backend) sync(p *plan.Plan, changed []plan.Key) error {
 	if changed == nil || !b.tables[0].synced {
 		return b.fullSync(p)
 	}
@@ -136,13 +183,34 @@ func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
 
 // commit sends the tables' transactions as one netlink batch, which the
 // kernel applies atomically: both families change together or not at all.
+// After a failure the tables are no longer known to hold Weir's last
+// commit, so the next sync starts from scratch, on a fresh socket: the old
+// one may still hold queued messages, a sticky error or unread replies.
 func (b *Backend) commit(txns ...*txn) error {
+	err := b.send(txns)
+	if err != nil {
+		for _, tb := range b.tables {
+			tb.synced = false
+		}
+		if b.conn != nil {
+			b.conn.CloseLasting()
+			b.conn = nil
+		}
+	}
+	return err
+}
+
+func (b *Backend) send(txns []*txn) error {
+	conn, err := b.connection()
+	if err != nil {
+		return err
+	}
 	for _, t := range txns {
-		if err := t.apply(b.conn); err != nil {
+		if err := t.apply(conn); err != nil {
 			return fmt.Errorf("nftables: build transaction: %w", err)
 		}
 	}
-	if err := b.conn.Flush(); err != nil {
+	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: commit transaction to tables ip/ip6 %s: %w", b.opts.Table, err)
 	}
 	return nil
@@ -152,12 +220,12 @@ func (b *Backend) commit(txns ...*txn) error {
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, tb := range b.tables {
-		b.conn.AddTable(tb.layout.table)
-		b.conn.DelTable(tb.layout.table)
+	t := make([]*txn, len(b.tables))
+	for i, tb := range b.tables {
+		t[i] = &txn{table: tb.layout.table, ops: []op{{kind: opAddTable}, {kind: opDelTable}}}
 	}
-	if err := b.conn.Flush(); err != nil {
-		return fmt.Errorf("nftables: delete tables ip/ip6 %s: %w", b.opts.Table, err)
+	if err := b.commit(t...); err != nil {
+		return fmt.Errorf("remove Weir's tables: %w", err)
 	}
 	for _, tb := range b.tables {
 		tb.state, tb.synced = newState(), false
@@ -166,4 +234,13 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 }
 
 // Close releases the netlink socket.
-func (b *Backend) Close() error { return b.conn.CloseLasting() }
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conn == nil {
+		return nil
+	}
+	err := b.conn.CloseLasting()
+	b.conn = nil
+	return err
+}

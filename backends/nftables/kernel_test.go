@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
@@ -162,8 +163,11 @@ func TestKernelWeights(t *testing.T) {
 	}
 }
 
-func TestKernelFailedTransactionKeepsRules(t *testing.T) {
-	topo, b := newCluster(t, Options{})
+// TestKernelFailedCommitRebuilds makes a partial sync fail and checks that
+// the same Sync rebuilds the tables from scratch and commits the plan.
+func TestKernelFailedCommitRebuilds(t *testing.T) {
+	logs := &logBuffer{}
+	topo, b := newCluster(t, Options{Common: backends.Common{Log: slog.New(slog.NewTextHandler(logs, nil))}})
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1))
 	p := testPlan(web)
 	mustSync(t, b, p, nil)
@@ -179,14 +183,46 @@ func TestKernelFailedTransactionKeepsRules(t *testing.T) {
 	moved := web.Clone()
 	moved.Endpoints = []plan.Endpoint{podEP(podB, 1)}
 	p.Services[web.Key] = moved
-	if err := b.Sync(context.Background(), p, []plan.Key{ghost.Key, web.Key}); err == nil {
-		t.Fatal("sync with a bogus deletion succeeded; want the kernel to reject the transaction")
+	mustSync(t, b, p, []plan.Key{ghost.Key, web.Key})
+	if !strings.Contains(logs.String(), rebuildLogged) {
+		t.Errorf("the failed partial commit was not followed by a logged rebuild; log:\n%s", logs)
 	}
 	addr := netip.AddrPortFrom(vip, 80)
-	netns.WantPods(t, "after the failed transaction", netns.DialMany(t, topo.Client, addr, 10), "pod-a")
+	netns.WantPods(t, "after the rebuild", netns.DialMany(t, topo.Client, addr, 10), "pod-b")
+	if _, ok := b.tables[0].state.services[ghost.Key]; ok {
+		t.Error("the rebuilt state still holds the service the kernel never had")
+	}
+}
 
+// TestKernelFailedRebuildKeepsRules sends a plan the kernel refuses whole
+// (two services claiming one node port): the partial commit and the rebuild
+// both fail, Sync says so, the last good rules keep serving, and the next
+// Sync starts from scratch.
+func TestKernelFailedRebuildKeepsRules(t *testing.T) {
+	topo, b := newCluster(t, Options{})
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080, podEP(podA, 1))
+	p := testPlan(web)
 	mustSync(t, b, p, nil)
-	netns.WantPods(t, "after the next full sync", netns.DialMany(t, topo.Client, addr, 10), "pod-b")
+
+	clash := svc("default", "clash", "http", plan.TCP, "10.96.0.11", 80, 30080, podEP(podB, 1))
+	p.Services[clash.Key] = clash
+	moved := web.Clone()
+	moved.Endpoints = []plan.Endpoint{podEP(podC, 1)}
+	p.Services[web.Key] = moved
+	err := b.Sync(context.Background(), p, []plan.Key{clash.Key, web.Key})
+	if err == nil || !strings.Contains(err.Error(), "rebuilding the tables from scratch failed too") {
+		t.Fatalf("sync of a plan the kernel refuses: got %v, want the commit and the rebuild to fail", err)
+	}
+	addr := netip.AddrPortFrom(vip, 80)
+	netns.WantPods(t, "after the failed sync", netns.DialMany(t, topo.Client, addr, 10), "pod-a")
+	if b.tables[0].synced || b.tables[1].synced {
+		t.Error("after a failed rebuild the tables are still marked synced; the next sync would not start from scratch")
+	}
+
+	delete(p.Services, clash.Key)
+	mustSync(t, b, p, []plan.Key{clash.Key})
+	netns.WantPods(t, "after the plan is fixed", netns.DialMany(t, topo.Client, addr, 10), "pod-c")
+	netns.WantPods(t, "its node port", netns.DialMany(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30080), 5), "pod-c")
 }
 
 // TestKernelOneChangeTouchesOneService watches the kernel's own change

@@ -46,9 +46,12 @@ func prefixesOf(f *family, in []netip.Prefix) []netip.Prefix {
 }
 
 // fullTxn builds the transaction that rewrites the whole table from p. The
-// first one of a process replaces the table outright. Later ones empty and
-// refill every object instead, keeping the table, the affinity map and each
-// service's target id, so ClientIP affinity survives periodic full syncs.
+// first one of a process, and the first after a failed commit, replace the
+// table outright. Later ones empty and refill every object instead, keeping
+// the table, the affinity map and each service's target id, so ClientIP
+// affinity survives periodic full syncs. Every object the refill deletes or
+// needs is added first (adding an existing object changes nothing), so a
+// refill also recreates what another process deleted.
 func (tb *table) fullTxn(p *plan.Plan) (*txn, *changes) {
 	l := tb.layout
 	t := &txn{table: l.table}
@@ -60,9 +63,11 @@ func (tb *table) fullTxn(p *plan.Plan) (*txn, *changes) {
 	l.base(t, tb.synced)
 	if tb.synced {
 		for _, spec := range sortedSpecs(tb.state.chains) {
+			t.add(op{kind: opAddChain, chain: l.chain(spec.chain())})
 			l.delPickChain(t, spec)
 		}
 		for _, w := range sortedKeys(tb.state.maps) {
+			l.addEndpointsMap(t, w)
 			l.delEndpointsMap(t, w)
 		}
 	}

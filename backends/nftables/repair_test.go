@@ -1,0 +1,188 @@
+package nftables
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/sdk/plan"
+	"github.com/weirproxy/weir/test/netns"
+)
+
+// Tampering: another process changes Weir's tables behind its back, as an
+// operator with the nft tool (or a careless script) would. Every sync after
+// it must succeed and bring traffic back.
+
+// tampering is one way of breaking Weir's tables.
+type tampering struct {
+	name string
+	// nft are commands for the nft tool, run in the node in order.
+	nft []string
+	// plant, when set, changes the tables over netlink instead.
+	plant func(t *testing.T, fd int)
+	// foreign is set when the tampering leaves objects Weir never writes
+	// that block its own changes: only a rebuild from scratch removes
+	// them, so the periodic full sync takes that path too.
+	foreign bool
+	// keepsAffinity is set when the affinity map survives the tampering:
+	// a periodic full sync then keeps every client on its endpoint.
+	keepsAffinity bool
+}
+
+var tamperings = []tampering{
+	{name: "flush ruleset", nft: []string{"flush ruleset"}},
+	{name: "delete table", nft: []string{"delete table ip weir"}},
+	{name: "delete endpoints map", keepsAffinity: true, nft: []string{
+		"flush chain ip weir pick-ip-3", "flush chain ip weir pick-np-3", "delete map ip weir endpoints-3"}},
+	{name: "delete pick chain", keepsAffinity: true, nft: []string{
+		"delete element ip weir service-ips { 10.96.0.10 . tcp . 80 }", "delete chain ip weir pick-ip-3"}},
+	{name: "delete elements", keepsAffinity: true, nft: []string{
+		"delete element ip weir service-ips { 10.96.0.10 . tcp . 80 }",
+		"delete element ip weir ip-targets { 10.96.0.10 . tcp . 80 }",
+		"delete element ip weir service-nodeports { tcp . 30080 }"}},
+	{name: "foreign chain jumping to a pick chain", foreign: true, nft: []string{
+		"add chain ip weir intruder", "add rule ip weir intruder jump pick-ip-3"}},
+	{name: "foreign rule using an endpoints map", foreign: true, plant: plantEndpointsLookup},
+}
+
+// plantEndpointsLookup adds a chain of its own to Weir's table with a rule
+// that looks packets up in endpoints-3 (the nft tool cannot type that
+// map's keys, so this goes over netlink).
+func plantEndpointsLookup(t *testing.T, fd int) {
+	t.Helper()
+	conn, err := nftables.New(nftables.WithNetNSFd(fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := &nftables.Table{Name: "weir", Family: nftables.TableFamilyIPv4}
+	c := conn.AddChain(&nftables.Chain{Name: "intruder", Table: table})
+	conn.AddRule(&nftables.Rule{Table: table, Chain: c, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: regKey},
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: regKey + 1},
+		&expr.Lookup{SourceRegister: regKey, SetName: endpointsMap(3)},
+		&expr.Verdict{Kind: expr.VerdictAccept},
+	}})
+	if err := conn.Flush(); err != nil {
+		t.Fatalf("plant a rule using endpoints-3: %v", err)
+	}
+}
+
+// runNft runs the nft tool inside ns; it skips the test when nft is not
+// installed (fails under CI=true).
+func runNft(t *testing.T, ns *netns.Namespace, cmds ...string) {
+	t.Helper()
+	if _, err := exec.LookPath("nft"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs the nft tool to tamper with the tables (CI=true: must run)")
+		}
+		t.Skip("needs the nft tool to tamper with the tables")
+	}
+	for _, c := range cmds {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := ns.Command(ctx, "nft", c).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("nft %s: %v\n%s", c, err, out)
+		}
+	}
+}
+
+// logBuffer collects a backend's log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// rebuildLogged is the message Sync logs after rebuilding from scratch.
+const rebuildLogged = "rebuilt Weir's tables from scratch"
+
+// tamperPlan is the plan the tampering tests start from: web uses
+// pick-ip-3, pick-np-3 and endpoints-3; sticky uses a sticky pick chain and
+// endpoints-2.
+func tamperPlan() (*plan.Plan, *plan.Service) {
+	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080, podEP(podA, 1), podEP(podB, 1), podEP(podC, 1))
+	sticky := svc("default", "sticky", "http", plan.TCP, "10.96.0.11", 80, 0, podEP(podA, 1), podEP(podB, 1))
+	sticky.Affinity = &plan.Affinity{TimeoutSeconds: 600}
+	return testPlan(web, sticky), web
+}
+
+func TestKernelRepairsTampering(t *testing.T) {
+	for _, tm := range tamperings {
+		t.Run(tm.name, func(t *testing.T) {
+			t.Run("full sync", func(t *testing.T) { testRepair(t, tm, true) })
+			t.Run("partial sync", func(t *testing.T) { testRepair(t, tm, false) })
+		})
+	}
+}
+
+// testRepair syncs, tampers, then syncs again (a periodic full sync, or a
+// partial one changing web) and checks that the sync succeeded, whether it
+// had to rebuild from scratch, and that connections reach the plan's
+// endpoints again.
+func testRepair(t *testing.T, tm tampering, full bool) {
+	logs := &logBuffer{}
+	topo, b := newCluster(t, Options{Common: backends.Common{Log: slog.New(slog.NewTextHandler(logs, nil))}})
+	p, web := tamperPlan()
+	mustSync(t, b, p, nil)
+	webIP, nodePort := netip.AddrPortFrom(vip, 80), netip.AddrPortFrom(topo.NodeIP, 30080)
+	stickyIP := netip.MustParseAddrPort("10.96.0.11:80")
+	netns.WantPods(t, "web before tampering", netns.DialMany(t, topo.Client, webIP, 30), "pod-a", "pod-b", "pod-c")
+	stickyBefore := netns.DialMany(t, topo.Client, stickyIP, 1)[0].Pod
+
+	runNft(t, topo.Node, tm.nft...)
+	if tm.plant != nil {
+		tm.plant(t, topo.Node.Fd())
+	}
+
+	want := []string{"pod-a", "pod-b", "pod-c"}
+	changed := []plan.Key(nil)
+	if !full {
+		smaller := web.Clone()
+		smaller.Endpoints = smaller.Endpoints[:2]
+		p.Services[web.Key] = smaller
+		changed, want = []plan.Key{web.Key}, want[:2]
+	}
+	if err := b.Sync(context.Background(), p, changed); err != nil {
+		t.Fatalf("sync after tampering (%s): %v", tm.name, err)
+	}
+	rebuilt := strings.Contains(logs.String(), rebuildLogged)
+	if wantRebuild := tm.foreign || !full; rebuilt != wantRebuild {
+		t.Errorf("rebuilt from scratch: %v, want %v; log:\n%s", rebuilt, wantRebuild, logs)
+	}
+	netns.WantPods(t, "web's cluster IP after the sync", netns.DialMany(t, topo.Client, webIP, 30), want...)
+	netns.WantPods(t, "web's node port after the sync", netns.DialMany(t, topo.Client, nodePort, 30), want...)
+	first := netns.DialMany(t, topo.Client, stickyIP, 1)[0].Pod
+	netns.WantPods(t, "sticky after the sync", netns.DialMany(t, topo.Client, stickyIP, 10), first)
+	if full && tm.keepsAffinity && first != stickyBefore {
+		t.Errorf("sticky's client moved from %s to %s: the refill lost ClientIP affinity", stickyBefore, first)
+	}
+
+	// The next partial sync works on what the repair left.
+	again := p.Services[web.Key].Clone()
+	again.Endpoints = []plan.Endpoint{podEP(podC, 1)}
+	p.Services[web.Key] = again
+	mustSync(t, b, p, []plan.Key{web.Key})
+	netns.WantPods(t, "web after one more partial sync", netns.DialMany(t, topo.Client, webIP, 5), "pod-c")
+}
