@@ -62,8 +62,12 @@ func (l *layout) chain(name string) *nftables.Chain {
 	return &nftables.Chain{Name: name, Table: l.table}
 }
 
+// baseChain returns a chain on a netfilter hook. Its policy is always
+// stated, so that a refill also undoes a policy another process set.
 func (l *layout) baseChain(name string, t nftables.ChainType, hook *nftables.ChainHook, prio int32) *nftables.Chain {
-	return &nftables.Chain{Name: name, Table: l.table, Type: t, Hooknum: hook, Priority: nftables.ChainPriorityRef(nftables.ChainPriority(prio))}
+	accept := nftables.ChainPolicyAccept
+	return &nftables.Chain{Name: name, Table: l.table, Type: t, Hooknum: hook,
+		Priority: nftables.ChainPriorityRef(nftables.ChainPriority(prio)), Policy: &accept}
 }
 
 func (l *layout) set(name string, key nftables.SetDatatype) *nftables.Set {

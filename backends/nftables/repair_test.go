@@ -37,6 +37,10 @@ type tampering struct {
 	// keepsAffinity is set when the affinity map survives the tampering:
 	// a periodic full sync then keeps every client on its endpoint.
 	keepsAffinity bool
+	// fullOnly is set when the tampering touches nothing a partial sync
+	// changes (it changes elements only): such a sync succeeds and leaves
+	// the tampering to the next periodic full sync.
+	fullOnly bool
 }
 
 var tamperings = []tampering{
@@ -50,6 +54,8 @@ var tamperings = []tampering{
 		"delete element ip weir service-ips { 10.96.0.10 . tcp . 80 }",
 		"delete element ip weir ip-targets { 10.96.0.10 . tcp . 80 }",
 		"delete element ip weir service-nodeports { tcp . 30080 }"}},
+	{name: "base chain policy drop", keepsAffinity: true, fullOnly: true, nft: []string{
+		"add chain ip weir filter-forward { type filter hook forward priority -10; policy drop; }"}},
 	{name: "foreign chain jumping to a pick chain", foreign: true, nft: []string{
 		"add chain ip weir intruder", "add rule ip weir intruder jump pick-ip-3"}},
 	{name: "foreign rule using an endpoints map", foreign: true, plant: plantEndpointsLookup},
@@ -132,7 +138,9 @@ func TestKernelRepairsTampering(t *testing.T) {
 	for _, tm := range tamperings {
 		t.Run(tm.name, func(t *testing.T) {
 			t.Run("full sync", func(t *testing.T) { testRepair(t, tm, true) })
-			t.Run("partial sync", func(t *testing.T) { testRepair(t, tm, false) })
+			if !tm.fullOnly {
+				t.Run("partial sync", func(t *testing.T) { testRepair(t, tm, false) })
+			}
 		})
 	}
 }

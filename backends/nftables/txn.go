@@ -129,7 +129,11 @@ func chainSpec(c *nftables.Chain) string {
 		*nftables.ChainHookOutput:      "output",
 		*nftables.ChainHookPostrouting: "postrouting",
 	}
-	return fmt.Sprintf(" { type %s hook %s priority %d; }", c.Type, hooks[*c.Hooknum], *c.Priority)
+	policy := ""
+	if c.Policy != nil && *c.Policy == nftables.ChainPolicyAccept {
+		policy = " policy accept;"
+	}
+	return fmt.Sprintf(" { type %s hook %s priority %d;%s }", c.Type, hooks[*c.Hooknum], *c.Priority, policy)
 }
 
 func setWord(s *nftables.Set) string {
