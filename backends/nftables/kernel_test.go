@@ -3,7 +3,9 @@ package nftables
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -501,4 +503,53 @@ func TestKernelDualStack(t *testing.T) {
 	if a := netns.DialMany(t, topo.Pods["pod-b"].NS, netip.MustParseAddrPort("[fd00:10:96::11]:80"), 1)[0]; a.Pod != "pod-b" || a.Source.Addr() == pod6(0x12) {
 		t.Errorf("IPv6 hairpin: got %s, want pod-b answering a masqueraded source", a)
 	}
+}
+
+// TestKernelNoEndpointsOnlyOnNodePortAddresses checks that a node port
+// without endpoints is refused only where node ports are served: on
+// another local address the port belongs to the node's own listener.
+func TestKernelNoEndpointsOnlyOnNodePortAddresses(t *testing.T) {
+	topo, _ := newCluster(t, Options{})
+	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd(), NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("172.30.0.0/24")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	listenOnNode(t, topo, 30081)
+	mustSync(t, b, testPlan(svc("default", "empty", "http", plan.TCP, vip.String(), 80, 30081)), nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if a, err := topo.Client.DialTCP(ctx, netip.AddrPortFrom(topo.NodeIP, 30081)); !errors.Is(err, netns.ErrRefused) {
+		t.Errorf("node port without endpoints on a node-port address: got %v, %v; want refused", a, err)
+	}
+	a, err := topo.Node.DialTCP(ctx, netip.MustParseAddrPort("127.0.0.1:30081"))
+	if err != nil || a.Pod != "node" {
+		t.Errorf("the same port on 127.0.0.1, not a node-port address: got %v, %v; want the node's own listener", a, err)
+	}
+}
+
+// listenOnNode serves TCP port on every address of the node, answering
+// like a pod named "node".
+func listenOnNode(t *testing.T, topo *netns.Topology, port uint16) {
+	t.Helper()
+	var l net.Listener
+	err := topo.Node.Do(func() (err error) {
+		l, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "node %s\n", c.RemoteAddr())
+			c.Close()
+		}
+	}()
 }

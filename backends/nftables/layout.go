@@ -261,16 +261,21 @@ func (l *layout) masqueradeRules(t *txn) {
 	}})
 }
 
+// endpointCheckRules refuse or drop new connections to destinations without
+// (local) endpoints; node ports only on the addresses that serve node ports.
 func (l *layout) endpointCheckRules(t *txn) {
 	c := l.chain(chainEPCheck)
+	npMatch, npText := l.nodePortMatch()
+	nodePorts := func(set string) []expr.Any {
+		return append(append(append(ctStateNew(), clone(npMatch)...), portKeyExprs()...), lookup(regKey, set, false))
+	}
 	matches := []struct {
 		text  string
 		exprs []expr.Any
 	}{
 		{"ct state new ip daddr . meta l4proto . th dport @" + setNoEPIPs,
 			append(append(ctStateNew(), l.fam.ipKeyExprs()...), lookup(regKey, setNoEPIPs, false))},
-		{"ct state new fib daddr type local meta l4proto . th dport @" + setNoEPNodePorts,
-			append(append(append(ctStateNew(), daddrLocal()...), portKeyExprs()...), lookup(regKey, setNoEPNodePorts, false))},
+		{"ct state new " + npText + "meta l4proto . th dport @" + setNoEPNodePorts, nodePorts(setNoEPNodePorts)},
 	}
 	// A TCP reset is refused at once even when the client's connect() is
 	// still holding its socket (veth delivers the ICMP error synchronously and
@@ -288,8 +293,7 @@ func (l *layout) endpointCheckRules(t *txn) {
 	}{
 		{"ct state new ip daddr . meta l4proto . th dport @" + setDropIPs + " drop",
 			append(append(ctStateNew(), l.fam.ipKeyExprs()...), lookup(regKey, setDropIPs, false))},
-		{"ct state new fib daddr type local meta l4proto . th dport @" + setDropNodePorts + " drop",
-			append(append(append(ctStateNew(), daddrLocal()...), portKeyExprs()...), lookup(regKey, setDropNodePorts, false))},
+		{"ct state new " + npText + "meta l4proto . th dport @" + setDropNodePorts + " drop", nodePorts(setDropNodePorts)},
 	}
 	for _, d := range drops {
 		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: d.text, exprs: append(d.exprs, drop())}})
