@@ -49,6 +49,7 @@ var exports = []export{
 // concurrent calls; after any error it must be closed, never reused.
 type instance struct {
 	mod     api.Module
+	memory  *linearMemory // backs mem
 	mem     api.Memory
 	alloc   api.Function
 	free    api.Function
@@ -68,11 +69,16 @@ func (p *plugin) newInstance(ctx context.Context) (_ *instance, err error) {
 	out := newOutput(p.log, p.Name)
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
 		WithStdout(&out.stdout).WithStderr(&out.stderr)
-	mod, err := p.rt.InstantiateModule(ctx, p.code, cfg)
+	memory, err := reserveMemory(p.MemoryLimit)
 	if err != nil {
+		return nil, err
+	}
+	mod, err := p.rt.InstantiateModule(memory.allocator(ctx), p.code, cfg)
+	if err != nil {
+		memory.Free()
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
-	inst := &instance{mod: mod, out: out, timeout: p.initTimeout()} // for start's error messages
+	inst := &instance{mod: mod, memory: memory, out: out, timeout: p.initTimeout()} // for start's error messages
 	defer func() {
 		if err != nil {
 			inst.close()
@@ -228,6 +234,7 @@ func (inst *instance) release(ctx context.Context, ptr uint32) error {
 func (inst *instance) close() {
 	inst.out.end()
 	_ = inst.mod.Close(context.Background())
+	inst.memory.Free()
 }
 
 // callError says how a call into the plugin ended when it did not return.

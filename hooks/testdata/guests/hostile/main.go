@@ -90,10 +90,15 @@ func loop(*abi.Batch) error {
 
 var sink [][]byte
 
-// membomb allocates until the memory limit stops it.
+// membomb allocates and writes until the memory limit stops it: it touches
+// every 4 KiB page, so the host backs each one with real memory.
 func membomb(*abi.Batch) error {
 	for {
-		sink = append(sink, make([]byte, 4<<20))
+		b := make([]byte, 4<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		sink = append(sink, b)
 	}
 }
 
