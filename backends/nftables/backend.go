@@ -123,7 +123,7 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 	if rerr := b.fullSync(p); rerr != nil {
 		return fmt.Errorf("%w; rebuilding the tables from scratch failed too: %w", err, rerr)
 	}
-	b.log.Warn("nftables: a commit failed, so Weir "+rebuildLogged+"; they match the plan again "+
+	b.log.Warn("nftables: a commit failed; rebuilt Weir's tables from scratch, and they match the plan again "+
 		"(another process may have changed them; ClientIP affinity was reset)",
 		"tables", "ip/ip6 "+b.opts.Table, "error", err)
 	return nil
