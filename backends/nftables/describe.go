@@ -47,6 +47,9 @@ func describe(n int, set string, e element) string {
 	case len(e.Val) == n+4:
 		s += fmt.Sprintf(" : %s . %d", addrAt(e.Val, 0, n), binary.BigEndian.Uint16(e.Val[n:]))
 	}
+	if e.Comment != "" {
+		s += fmt.Sprintf(" comment %q", e.Comment)
+	}
 	return s
 }
 

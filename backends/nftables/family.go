@@ -37,6 +37,14 @@ var (
 // is reports whether a belongs to the family.
 func (f *family) is(a netip.Addr) bool { return a.Is4() == (f.addrLen == 4) }
 
+// number is 4 or 6.
+func (f *family) number() int {
+	if f.addrLen == 4 {
+		return 4
+	}
+	return 6
+}
+
 // addrWords is how many 32-bit registers an address fills.
 func (f *family) addrWords() uint32 { return f.addrLen / 4 }
 

@@ -54,6 +54,14 @@ func etpLocal(s *plan.Service, local ...string) *plan.Service {
 	return s
 }
 
+// withExternalIPs sets the service's external IPs.
+func withExternalIPs(s *plan.Service, ips ...string) *plan.Service {
+	for _, ip := range ips {
+		s.ExternalIPs = append(s.ExternalIPs, netip.MustParseAddr(ip))
+	}
+	return s
+}
+
 func testPlan(svcs ...*plan.Service) *plan.Plan {
 	p := &plan.Plan{Services: map[plan.Key]*plan.Service{}}
 	for _, s := range svcs {
@@ -77,7 +85,7 @@ func TestGoldenFullSync(t *testing.T) {
 		svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 0, ep("10.244.0.11", 8080, 1), ep("10.244.0.12", 8080, 1)),
 		svc("default", "canary", "", plan.TCP, "10.96.0.12", 80, 30080, ep("10.244.0.11", 8080, 3), ep("10.244.0.13", 8080, 1)),
 		svc("default", "dns", "dns", plan.UDP, "10.96.0.53", 53, 0, ep("10.244.0.14", 53, 1), ep("10.244.0.15", 53, 1)),
-		svc("default", "empty", "http", plan.TCP, "10.96.0.20", 80, 30081),
+		withExternalIPs(svc("default", "empty", "http", plan.TCP, "10.96.0.20", 80, 30081), "192.0.2.20"),
 		etpLocal(svc("default", "edge", "http", plan.TCP, "10.96.0.30", 80, 30082,
 			ep("10.244.0.11", 8080, 1), ep("10.244.1.11", 8080, 1)), "10.244.0.11"),
 		etpLocal(svc("default", "edge-elsewhere", "http", plan.TCP, "10.96.0.31", 80, 30083,

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -193,26 +194,39 @@ func (l *layout) cidrSets(t *txn) {
 	}
 }
 
+// The base chains: each hooks one netfilter hook and jumps to a regular
+// chain.
+const (
+	chainFilterPrerouting = "filter-prerouting"
+	chainNATPrerouting    = "nat-prerouting"
+	chainNATOutput        = "nat-output"
+	chainNATPostrouting   = "nat-postrouting"
+	chainFilterInput      = "filter-input"
+	chainFilterForward    = "filter-forward"
+	chainFilterOutput     = "filter-output"
+)
+
+var baseHooks = []struct {
+	name   string
+	typ    nftables.ChainType
+	hook   *nftables.ChainHook
+	prio   int32
+	target string
+}{
+	{chainFilterPrerouting, nftables.ChainTypeFilter, nftables.ChainHookPrerouting, -110, chainFirewall},
+	{chainNATPrerouting, nftables.ChainTypeNAT, nftables.ChainHookPrerouting, -100, chainServices},
+	{chainNATOutput, nftables.ChainTypeNAT, nftables.ChainHookOutput, -100, chainServices},
+	{chainNATPostrouting, nftables.ChainTypeNAT, nftables.ChainHookPostrouting, 100, chainMasquerade},
+	{chainFilterInput, nftables.ChainTypeFilter, nftables.ChainHookInput, -10, chainEPCheck},
+	{chainFilterForward, nftables.ChainTypeFilter, nftables.ChainHookForward, -10, chainEPCheck},
+	{chainFilterOutput, nftables.ChainTypeFilter, nftables.ChainHookOutput, -10, chainEPCheck},
+}
+
 func (l *layout) baseChains(t *txn) {
 	for _, c := range []*nftables.Chain{l.chain(chainServices), l.chain(chainMasquerade), l.chain(chainEPCheck), l.chain(chainFirewall)} {
 		l.addChain(t, c)
 	}
-	hooks := []struct {
-		name   string
-		typ    nftables.ChainType
-		hook   *nftables.ChainHook
-		prio   int32
-		target string
-	}{
-		{"filter-prerouting", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, -110, chainFirewall},
-		{"nat-prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, -100, chainServices},
-		{"nat-output", nftables.ChainTypeNAT, nftables.ChainHookOutput, -100, chainServices},
-		{"nat-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, 100, chainMasquerade},
-		{"filter-input", nftables.ChainTypeFilter, nftables.ChainHookInput, -10, chainEPCheck},
-		{"filter-forward", nftables.ChainTypeFilter, nftables.ChainHookForward, -10, chainEPCheck},
-		{"filter-output", nftables.ChainTypeFilter, nftables.ChainHookOutput, -10, chainEPCheck},
-	}
-	for _, h := range hooks {
+	for _, h := range baseHooks {
 		c := l.baseChain(h.name, h.typ, h.hook, h.prio)
 		l.addChain(t, c)
 		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: "jump " + h.target, exprs: []expr.Any{jump(h.target)}}})
@@ -233,10 +247,28 @@ func (l *layout) serviceRules(t *txn) {
 	}})
 }
 
+// nodePortsRestricted reports whether node ports are served only on the
+// addresses in the nodeport-cidrs set.
+func (l *layout) nodePortsRestricted() bool {
+	return len(l.opts.NodePortCIDRs) > 0 || l.opts.NodePortPrimary || l.noNodePorts
+}
+
+// servesNodePorts reports whether the table serves node ports on any
+// address, given the Node's addresses.
+func (l *layout) servesNodePorts(nodeAddrs []netip.Addr) bool {
+	switch {
+	case l.noNodePorts:
+		return false
+	case l.opts.NodePortPrimary:
+		return slices.ContainsFunc(nodeAddrs, l.fam.is)
+	}
+	return true
+}
+
 // nodePortMatch matches destinations that accept node ports.
 func (l *layout) nodePortMatch() ([]expr.Any, string) {
 	exprs, text := daddrLocal(), "fib daddr type local "
-	restricted := len(l.opts.NodePortCIDRs) > 0 || l.opts.NodePortPrimary || l.noNodePorts
+	restricted := l.nodePortsRestricted()
 	if !l.opts.LocalhostNodePorts || restricted {
 		exprs, text = append(exprs, l.fam.daddrNotLoopback()...), text+"ip daddr != "+l.fam.loopback.String()+" "
 	}

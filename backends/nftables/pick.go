@@ -2,6 +2,8 @@ package nftables
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/nftables/expr"
@@ -48,6 +50,39 @@ func (p pickSpec) chain() string {
 		name += fmt.Sprintf("-sticky-%d", p.affinity)
 	}
 	return name
+}
+
+// parsePickChain returns the spec a pick chain's name stands for; false
+// when the name is not one Weir gives a pick chain.
+func parsePickChain(name string) (pickSpec, bool) {
+	rest, ok := strings.CutPrefix(name, "pick-")
+	if !ok {
+		return pickSpec{}, false
+	}
+	for k, kindName := range pickNames {
+		nums, ok := strings.CutPrefix(rest, kindName+"-")
+		if !ok {
+			continue
+		}
+		w, sticky, hasSticky := strings.Cut(nums, "-sticky-")
+		spec := pickSpec{kind: pickKind(k), weight: parseUint32(w)}
+		if hasSticky {
+			spec.affinity = parseUint32(sticky)
+		}
+		if spec.weight > 0 && spec.chain() == name {
+			return spec, true
+		}
+	}
+	return pickSpec{}, false
+}
+
+// parseUint32 parses a decimal number; 0 when it is not one.
+func parseUint32(s string) uint32 {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return 0
+	}
+	return uint32(n)
 }
 
 // keyExprs loads the chain's lookup key at regKey and returns the map that

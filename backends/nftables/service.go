@@ -244,17 +244,27 @@ func (s *serviceState) shortCircuitEntries(add entrySink) {
 }
 
 func (s *serviceState) ipEntry(add entrySink, key []byte, p pool, kind pickKind) {
+	// The refuse and drop sets treat cluster and external IPs alike; the
+	// comment tells them apart for ReadBack.
+	unserved := element{Key: key}
+	if kind != pickCluster {
+		unserved.Comment = externalComment
+	}
 	switch {
 	case p.weight() > 0:
 		spec := pickSpec{kind: kind, weight: p.weight(), affinity: s.affinity}
 		add(setServiceIPs, gotoElement(key, spec.chain()), &spec)
 		add(setIPTargets, targetElement(key, p.target), nil)
 	case s.hasEndpoints:
-		add(setDropIPs, element{Key: key}, nil)
+		add(setDropIPs, unserved, nil)
 	default:
-		add(setNoEPIPs, element{Key: key}, nil)
+		add(setNoEPIPs, unserved, nil)
 	}
 }
+
+// externalComment marks the element of an external or load-balancer IP in
+// the refuse and drop sets.
+const externalComment = "external"
 
 // bucketElements returns the endpoints-W elements of the given buckets.
 func (p pool) bucketElements(idx []int) []element {

@@ -130,8 +130,12 @@ func chainSpec(c *nftables.Chain) string {
 		*nftables.ChainHookPostrouting: "postrouting",
 	}
 	policy := ""
-	if c.Policy != nil && *c.Policy == nftables.ChainPolicyAccept {
+	switch {
+	case c.Policy == nil:
+	case *c.Policy == nftables.ChainPolicyAccept:
 		policy = " policy accept;"
+	case *c.Policy == nftables.ChainPolicyDrop:
+		policy = " policy drop;"
 	}
 	return fmt.Sprintf(" { type %s hook %s priority %d;%s }", c.Type, hooks[*c.Hooknum], *c.Priority, policy)
 }
