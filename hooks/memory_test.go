@@ -27,59 +27,104 @@ const (
 	bombMarker     = "weir-bomb-result "
 )
 
-// bomb is one memory bomb: the hostile guest's membomb mode under a memory
-// limit and a timeout, and what the call must fail with.
+// bomb is one call that makes a plugin take memory: by default the hostile
+// guest's membomb mode on one service, under a memory limit and a timeout,
+// and what the call must fail with.
 type bomb struct {
-	limit   uint64
-	timeout time.Duration
-	want    string // a regular expression the call's error matches
-	long    bool   // skipped under -short
+	Path     string        // the plugin; "" is the hostile guest in membomb mode
+	Limit    uint64        // its memoryLimit
+	Timeout  time.Duration // its timeout
+	Services int           // services that set it off, one call each; 0 means 1
+	want     string        // a regular expression the call's error matches
+	bound    uint64        // how much the host's memory may grow; 0 means callBound per call
+	long     bool          // skipped under -short
 }
 
 func (b bomb) String() string {
-	return fmt.Sprintf("limit=%dMi/timeout=%s", b.limit>>20, b.timeout)
+	s := fmt.Sprintf("limit=%dMi/timeout=%s", b.Limit>>20, b.Timeout)
+	if b.Services > 1 {
+		s += fmt.Sprintf("/calls=%d", b.Services)
+	}
+	return s
 }
 
-// bombResult is what the child measured around the one failing call.
+// bombResult is what the child measured around the one failing Apply.
 type bombResult struct {
-	Base uint64        // VmRSS before the call, bytes
-	Peak uint64        // VmHWM after the call (the peak is reset before it), bytes
-	Took time.Duration // the call
-	Err  string        // Apply's error
+	Base uint64        // VmRSS before the Apply, bytes
+	Peak uint64        // VmHWM after it (the peak is reset before it), bytes
+	Took time.Duration // the Apply
+	Err  string        // its error
 }
 
 // TestPluginMemory shows that a plugin allocating (and writing) memory in a
 // loop fails as a plugin failure, that the host's memory grows during the
-// call by no more than the plugin's limit plus a small overhead (the bound
-// docs/plugin-abi.md states), and that the call's deadline holds while the
-// plugin's memory grows, even at large limits.
+// call by no more than the plugin's limit plus a small overhead per call
+// running at once (the bound docs/plugin-abi.md states), and that the
+// call's deadline holds while the plugin's memory grows, even at 4 GiB.
 func TestPluginMemory(t *testing.T) {
 	bombs := []bomb{
-		{limit: 64 << 20, timeout: 10 * time.Second, want: "out of memory"},
-		{limit: 1 << 30, timeout: 10 * time.Second, want: "out of memory"},
-		{limit: 1 << 30, timeout: 300 * time.Millisecond, want: "timed out after 300ms|out of memory"},
-		{limit: 4 << 30, timeout: 30 * time.Second, want: "out of memory", long: true},
-		{limit: 4 << 30, timeout: 2 * time.Second, want: "timed out after 2s", long: true},
+		{Limit: 64 << 20, Timeout: 10 * time.Second, want: "out of memory"},
+		{Limit: 64 << 20, Timeout: 10 * time.Second, Services: 2, want: "out of memory"},
+		{Limit: 1 << 30, Timeout: 10 * time.Second, want: "out of memory"},
+		{Limit: 1 << 30, Timeout: 300 * time.Millisecond, want: "timed out after 300ms|out of memory"},
+		{Limit: 4 << 30, Timeout: 30 * time.Second, want: "out of memory", long: true},
+		{Limit: 4 << 30, Timeout: 2 * time.Second, want: "timed out after 2s", long: true},
 	}
 	for _, b := range bombs {
 		t.Run(b.String(), func(t *testing.T) {
 			if b.long && testing.Short() {
 				t.Skip("a 4 GiB memory bomb is skipped under -short")
 			}
-			r := runBomb(t, b)
-			t.Logf("host memory %d MiB before the call, peak %d MiB (+%d MiB); the call took %s",
-				r.Base>>20, r.Peak>>20, (r.Peak-min(r.Base, r.Peak))>>20, r.Took.Round(time.Millisecond))
-			if !strings.Contains(r.Err, `plugin "bomb" failed on 1 service`) || !regexp.MustCompile(b.want).MatchString(r.Err) {
-				t.Errorf("Apply returned %q, want a plugin failure with %q", r.Err, b.want)
-			}
-			if grown, bound := r.Peak-min(r.Base, r.Peak), callBound(b.limit); grown > bound {
-				t.Errorf("the host's memory grew by %d MiB during the call, more than the bound of %d MiB for a limit of %d MiB",
-					grown>>20, bound>>20, b.limit>>20)
-			}
-			if margin := deadlineMargin; r.Took > b.timeout+margin {
-				t.Errorf("the call took %s; its timeout is %s (margin %s)", r.Took, b.timeout, margin)
-			}
+			checkBomb(t, b)
 		})
+	}
+}
+
+// TestPluginTableBound shows that a plugin cannot make the host allocate
+// through its tables either: a table declared without a maximum (as Go
+// guests declare theirs) cannot grow, so a loop of table.grow (8 MiB of host
+// memory per step, up to 1 GiB) fails at the first step.
+func TestPluginTableBound(t *testing.T) {
+	path := writeModule(t, "tablegrow", rawModule(goLikeTable, tableGrower))
+	checkBomb(t, bomb{Path: path, Limit: 16 << 20, Timeout: 10 * time.Second, want: "returned status Failed"})
+}
+
+// TestPluginStack measures the one host allocation a plugin can make that
+// does not depend on its memory limit: the call stack of a plugin that
+// recurses until wazero's fixed ceiling stops it.
+func TestPluginStack(t *testing.T) {
+	recurse := []byte{0x20, 0, 0x20, 1, 0x10, 3} // weir_process(ptr, len) calls itself
+	path := writeModule(t, "recurse", rawModule(nil, recurse))
+	checkBomb(t, bomb{Path: path, Limit: 16 << 20, Timeout: 10 * time.Second, want: "stack overflow", bound: stackBound})
+}
+
+// stackBound is how much the host's memory may grow for the call stack of
+// one call (docs/plugin-abi.md): wazero v1.12 fails a call whose stack
+// would grow beyond 50 MB, and the stack doubles as it grows, so at that
+// moment the host holds the last two stacks, about 150 MB.
+const stackBound = 192 << 20
+
+// checkBomb runs b in a child process and checks what it measured.
+func checkBomb(t *testing.T, b bomb) {
+	t.Helper()
+	r := runBomb(t, b)
+	grown := r.Peak - min(r.Base, r.Peak)
+	t.Logf("host memory %d MiB before the Apply, peak %d MiB (+%d MiB); it took %s",
+		r.Base>>20, r.Peak>>20, grown>>20, r.Took.Round(time.Millisecond))
+	calls := max(b.Services, 1)
+	if n := strings.Count(r.Err, `plugin "bomb" failed on 1 service`); n != calls || !regexp.MustCompile(b.want).MatchString(r.Err) {
+		t.Errorf("Apply returned %q, want %d plugin failures with %q", r.Err, calls, b.want)
+	}
+	bound := b.bound
+	if bound == 0 {
+		bound = uint64(calls) * callBound(b.Limit)
+	}
+	if grown > bound {
+		t.Errorf("the host's memory grew by %d MiB during the Apply, more than the bound of %d MiB for %d calls at a limit of %d MiB",
+			grown>>20, bound>>20, calls, b.Limit>>20)
+	}
+	if r.Took > b.Timeout+deadlineMargin {
+		t.Errorf("the Apply took %s; the timeout is %s (margin %s)", r.Took, b.Timeout, deadlineMargin)
 	}
 }
 
@@ -93,12 +138,15 @@ func callBound(limit uint64) uint64 { return limit + 16<<20 }
 // -race on a loaded two-core machine.
 const deadlineMargin = time.Second
 
-// runBomb runs one memory bomb in a child process and returns what it measured.
+// runBomb runs one bomb in a child process and returns what it measured.
 func runBomb(t *testing.T, b bomb) bombResult {
 	t.Helper()
+	spec, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMemoryBombChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childGuestsEnv+"="+guestDir,
-		fmt.Sprintf("%s=%d,%s", childBombEnv, b.limit, b.timeout))
+	cmd.Env = append(os.Environ(), childGuestsEnv+"="+guestDir, childBombEnv+"="+string(spec))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child process: %v\n%s", err, out)
@@ -118,26 +166,28 @@ func runBomb(t *testing.T, b bomb) bombResult {
 
 // TestMemoryBombChild is the child process of runBomb: it loads the bomb,
 // checks that a harmless call works, resets the process's peak memory and
-// makes the call that sets the bomb off.
+// makes the Apply that sets the bomb off. Services that set it off have
+// 4000 endpoints each, so that each goes in a call of its own.
 func TestMemoryBombChild(t *testing.T) {
 	spec := os.Getenv(childBombEnv)
 	if spec == "" {
 		t.Skip("runs only as a child process of TestPluginMemory")
 	}
-	limitText, timeoutText, _ := strings.Cut(spec, ",")
-	limit, err := strconv.ParseUint(limitText, 10, 64)
-	if err != nil {
+	var b bomb
+	if err := json.Unmarshal([]byte(spec), &b); err != nil {
 		t.Fatal(err)
 	}
-	timeout, err := time.ParseDuration(timeoutText)
-	if err != nil {
-		t.Fatal(err)
+	cfg := Config{Name: "bomb", Path: b.Path, MemoryLimit: b.Limit, Timeout: b.Timeout}
+	if cfg.Path == "" {
+		cfg.Path, cfg.Config = guest("hostile"), map[string]any{"mode": "membomb"}
 	}
-	c, _ := newChain(t, Options{}, Config{Name: "bomb", Path: guest("hostile"),
-		Config: map[string]any{"mode": "membomb"}, MemoryLimit: limit, Timeout: timeout})
-	alpha := svc("default", "alpha", 3)
-	if _, err := apply(c, []*plan.Service{alpha}, true); err != nil {
+	c, _ := newChain(t, Options{}, cfg)
+	if _, err := apply(c, []*plan.Service{svc("default", "alpha", 3)}, true); err != nil && b.Path == "" {
 		t.Fatalf("harmless call: %v", err)
+	}
+	var bombs []*plan.Service
+	for i := range max(b.Services, 1) {
+		bombs = append(bombs, svc("default", fmt.Sprintf("bomb-%d", i), 4000, actAnnotation, "true"))
 	}
 	runtime.GC()
 	debug.FreeOSMemory()
@@ -146,7 +196,7 @@ func TestMemoryBombChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = apply(c, []*plan.Service{with(alpha, actAnnotation, "true")}, true)
+	_, err = apply(c, bombs, true)
 	r := bombResult{Base: base, Took: time.Since(start), Err: fmt.Sprint(err)}
 	if r.Peak, err = procStatus("VmHWM"); err != nil {
 		t.Fatal(err)

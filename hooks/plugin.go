@@ -65,6 +65,10 @@ func load(ctx context.Context, s *settings, data []byte, sum string, cache wazer
 	if s.SHA256 != "" && sum != s.SHA256 {
 		return nil, fmt.Errorf("plugin %q: sha256 of %s is %s, config pins %s", s.Name, s.Path, sum, s.SHA256)
 	}
+	data, err := boundTables(data, s.MemoryLimit)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %q: %s: %w", s.Name, s.Path, err)
+	}
 	p := &plugin{settings: s, sha: sum, log: log}
 	if err := p.compile(ctx, data, cache); err != nil {
 		_ = p.close()
