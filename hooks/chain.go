@@ -368,12 +368,8 @@ func (r *run) settle(s *slot, pt part) {
 	if pt.err != nil {
 		r.c.log.Warn("Plugin failed", "plugin", s.Name, "services", len(pt.idx),
 			"failurePolicy", s.FailurePolicy, "error", pt.err)
-		if r.ctx.Err() == nil && s.health.failed(r.c.opts.Now()) {
-			r.c.log.Error("Quarantining plugin", "plugin", s.Name, "until", s.health.until,
-				"failures", s.health.fails, "error", pt.err)
-			if obs != nil {
-				obs.PluginQuarantined(s.Name, true)
-			}
+		if r.ctx.Err() == nil {
+			r.countFailure(s, pt.err)
 		}
 		r.fail(s, pt.idx, pt.err)
 		return
@@ -385,6 +381,25 @@ func (r *run) settle(s *slot, pt part) {
 		}
 	}
 	r.accept(s, pt.idx, pt.in, pt.out)
+}
+
+// countFailure counts a failed call towards the plugin's quarantine and logs
+// and reports the quarantine it starts, the first one or the next one
+// after a failed trial call.
+func (r *run) countFailure(s *slot, err error) {
+	again := s.health.backoff > 0
+	if !s.health.failed(r.c.opts.Now()) {
+		return
+	}
+	msg := "Quarantining plugin; its failure policy applies to its services until the backoff ends"
+	if again {
+		msg = "Quarantining plugin again: its trial call after the backoff failed"
+	}
+	r.c.log.Error(msg, "plugin", s.Name, "until", s.health.until, "backoff", s.health.backoff,
+		"failures", s.health.fails, "error", err)
+	if obs := r.c.opts.Observer; obs != nil {
+		obs.PluginQuarantined(s.Name, true)
+	}
 }
 
 // accept caches and adopts a plugin's outputs. An output equal to the

@@ -297,17 +297,49 @@ func TestQuarantine(t *testing.T) {
 	step(bad, true, "refusing") // one failure after recovering is not a quarantine
 	step(bad, true, "refusing")
 
-	if n := len(logs.lines("Quarantining plugin", "plugin=flaky")); n != 1 {
-		t.Errorf("logged %d quarantines, want 1", n)
+	if n := len(logs.lines("Quarantining plugin", "plugin=flaky")); n != 2 {
+		t.Errorf("logged %d quarantines, want 2 (the first and after the failed trial call)", n)
+	}
+	if n := len(logs.lines("Quarantining plugin again", "plugin=flaky", "backoff=20s", "failures=4")); n != 1 {
+		t.Errorf("logged %d quarantines after the failed trial call with its backoff of 20s, want 1", n)
 	}
 	if n := len(logs.lines("Plugin recovered", "plugin=flaky")); n != 1 {
 		t.Errorf("logged %d recoveries, want 1", n)
 	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	if obs.calls != 8 || obs.failures != 6 || obs.negative || strings.Join(obs.quarantine, " ") != "flaky:true flaky:false" {
-		t.Errorf("observer saw %d calls, %d failures, a negative duration %v, quarantine %q; want 8, 6, false, [flaky:true flaky:false]",
+	if obs.calls != 8 || obs.failures != 6 || obs.negative || strings.Join(obs.quarantine, " ") != "flaky:true flaky:true flaky:false" {
+		t.Errorf("observer saw %d calls, %d failures, a negative duration %v, quarantine %q; want 8, 6, false, [flaky:true flaky:true flaky:false]",
 			obs.calls, obs.failures, obs.negative, obs.quarantine)
+	}
+}
+
+// TestQuarantineTrialOfSeveralCalls shows that a trial sync whose batch
+// takes several calls, all failing, quarantines the plugin again once:
+// one backoff doubling, one log line, one report to the Observer.
+func TestQuarantineTrialOfSeveralCalls(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	obs := &recorder{}
+	c, logs := newChain(t, Options{Now: func() time.Time { return now }, Observer: obs},
+		Config{Name: "flaky", Path: guest("hostile"), Config: map[string]any{"mode": "fail"}})
+	for i := range quarantineAfter {
+		if _, err := apply(c, []*plan.Service{svc("default", fmt.Sprintf("s%d", i), 1, actAnnotation, "true")}, false); err == nil {
+			t.Fatal("a failing call returned no error")
+		}
+	}
+	now = now.Add(firstBackoff)
+	big := []*plan.Service{svc("default", "big-a", 4000, actAnnotation, "true"), svc("default", "big-b", 4000, actAnnotation, "true")}
+	if _, err := apply(c, big, false); strings.Count(fmt.Sprint(err), "refusing the batch") != 2 {
+		t.Fatalf("the trial sync returned %v, want two failed calls", err)
+	}
+	again := logs.lines("Quarantining plugin again", "plugin=flaky")
+	if len(again) != 1 || !strings.Contains(again[0], "backoff=20s") {
+		t.Errorf("logged %q, want one quarantine with a backoff of 20s", again)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if strings.Join(obs.quarantine, " ") != "flaky:true flaky:true" {
+		t.Errorf("observer saw quarantine %q, want [flaky:true flaky:true]", obs.quarantine)
 	}
 }
 
@@ -335,16 +367,23 @@ func (r *recorder) PluginQuarantined(plugin string, on bool) {
 	r.quarantine = append(r.quarantine, fmt.Sprintf("%s:%v", plugin, on))
 }
 
+// TestHealthBackoff follows a plugin's health through twelve failed calls,
+// each after the previous backoff: the third starts a quarantine and each
+// failed trial call starts the next, twice as long up to 5 min. A call that
+// fails while the plugin is quarantined (another call of the same sync)
+// only counts.
 func TestHealthBackoff(t *testing.T) {
 	var h health
 	now := time.Unix(0, 0)
 	var got []time.Duration
 	for i := range 12 {
-		started := h.failed(now)
-		if started != (i == quarantineAfter-1) {
+		if started := h.failed(now); started != (i >= quarantineAfter-1) {
 			t.Errorf("failure %d: started a quarantine: %v", i+1, started)
 		}
 		got = append(got, h.backoff)
+		if h.backoff > 0 {
+			now = h.until // the next failure is the trial call
+		}
 	}
 	want := []time.Duration{0, 0, 10, 20, 40, 80, 160, 300, 300, 300, 300, 300}
 	for i := range want {
@@ -353,7 +392,11 @@ func TestHealthBackoff(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("backoffs %v, want %v", got, want)
 	}
-	if !h.quarantined(now.Add(299*time.Second)) || h.quarantined(now.Add(300*time.Second)) {
+	last := now.Add(-h.backoff)
+	if h.failed(last.Add(time.Second)) || h.until != now || h.fails != 13 {
+		t.Errorf("a failure during the quarantine changed it: until %s (want %s), %d failures", h.until, now, h.fails)
+	}
+	if !h.quarantined(last.Add(299*time.Second)) || h.quarantined(last.Add(300*time.Second)) {
 		t.Errorf("quarantine does not end after the backoff")
 	}
 }

@@ -34,21 +34,25 @@ func (h *health) succeeded() (recovered bool) {
 	return recovered
 }
 
-// failed records a failed call and reports whether it started a quarantine
-// (a failed trial call only extends it).
+// failed records a failed call and reports whether it put the plugin in
+// quarantine: the quarantineAfter-th failure in a row starts one, and a
+// failed trial call (the first call after a backoff) starts the next, twice
+// as long. A call that fails while the plugin is quarantined (another call
+// of the same sync) only counts.
 func (h *health) failed(now time.Time) (quarantined bool) {
 	h.fails++
 	switch {
+	case h.quarantined(now):
+		return false
 	case h.backoff > 0:
 		h.backoff = min(2*h.backoff, maxBackoff)
 	case h.fails >= quarantineAfter:
 		h.backoff = firstBackoff
-		quarantined = true
 	default:
 		return false
 	}
 	h.until = now.Add(h.backoff)
-	return quarantined
+	return true
 }
 
 // err says why a quarantined plugin was not called.
