@@ -56,16 +56,19 @@ var (
 )
 
 const (
-	allowedPluginName  = "a unique name of lower-case letters, digits and '-', at most 63 characters, such as zone-preference"
-	allowedPluginPath  = "the path of the plugin's .wasm file"
-	allowedSHA256      = "the file's SHA-256 as 64 hex digits (sha256sum prints it), or leave it out"
-	allowedPolicy      = "open or closed"
-	allowedTimeout     = "a duration between 1ms and 10s, such as 100ms"
-	allowedMemory      = "a size between 4Mi and 4Gi, such as 64Mi"
-	allowedNamespaces  = "a list of namespace names"
-	allowedSelector    = "a label selector such as app=web,tier!=db or 'env in (prod, staging)'"
-	allowedAnnotations = "a list of annotation keys such as canary.weir.dev/split"
-	allowedPluginMatch = "a mapping with the keys namespaces, selector, annotations"
+	allowedPluginName = "a unique name of lower-case letters, digits and '-', at most 63 characters, such as zone-preference"
+	allowedPluginPath = "the path of the plugin's .wasm file"
+	allowedSHA256     = "the file's SHA-256 as 64 hex digits (sha256sum prints it), or leave it out"
+	// A pin of decimal digits only (64 zeros, say) is a number to YAML
+	// unless quoted; the message must say why it shows what YAML read.
+	allowedQuotedSHA256 = `the file's SHA-256 as 64 hex digits in quotes (sha256: "..."): YAML read the unquoted value as the number `
+	allowedPolicy       = "open or closed"
+	allowedTimeout      = "a duration between 1ms and 10s, such as 100ms"
+	allowedMemory       = "a size between 4Mi and 4Gi, such as 64Mi"
+	allowedNamespaces   = "a list of namespace names"
+	allowedSelector     = "a label selector such as app=web,tier!=db or 'env in (prod, staging)'"
+	allowedAnnotations  = "a list of annotation keys such as canary.weir.dev/split"
+	allowedPluginMatch  = "a mapping with the keys namespaces, selector, annotations"
 )
 
 // pluginField is a bad value at one key of one plugins entry.
@@ -99,9 +102,13 @@ func decodePlugin(raw map[string]any) (Plugin, []pluginField, []string) {
 		p.Path = s
 	}
 	if v, ok := raw["sha256"]; ok && v != nil {
-		if s, ok := scalar(v); !ok || !sha256Hex.MatchString(s) {
+		s, ok := scalar(v)
+		switch {
+		case isNumber(v):
+			fail("sha256", v, allowedQuotedSHA256+fmt.Sprint(v))
+		case !ok || !sha256Hex.MatchString(s):
 			fail("sha256", v, allowedSHA256)
-		} else {
+		default:
 			p.SHA256 = strings.ToLower(s)
 		}
 	}
@@ -133,6 +140,15 @@ func decodePlugin(raw map[string]any) (Plugin, []pluginField, []string) {
 	}
 	errs = append(errs, decodeMatch(&p, raw["match"])...)
 	return p, errs, unknown
+}
+
+// isNumber reports whether YAML read raw as a number.
+func isNumber(raw any) bool {
+	switch raw.(type) {
+	case int, int64, uint64, float64:
+		return true
+	}
+	return false
 }
 
 // decodeMatch validates an entry's match section.

@@ -84,6 +84,27 @@ func TestPluginErrors(t *testing.T) {
 	}
 }
 
+// TestPluginSHA256ReadAsNumber shows the error for a pin YAML reads as a
+// number (64 zeros unquoted are the number 0, 64 decimal digits a float):
+// it says why it shows a value the user never wrote and how to write it.
+func TestPluginSHA256ReadAsNumber(t *testing.T) {
+	for _, tc := range []struct{ value, read string }{
+		{strings.Repeat("0", 64), "0"},
+		{"1" + strings.Repeat("0", 62) + "9", "1e+63"},
+	} {
+		_, err := load(t, input{yaml: "plugins:\n  - {name: a, path: a.wasm, sha256: " + tc.value + "}\n"})
+		want := `plugins[0].sha256: "` + tc.read + `" (from file `
+		explained := `is not allowed; use the file's SHA-256 as 64 hex digits in quotes (sha256: "..."): ` +
+			"YAML read the unquoted value as the number " + tc.read
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasSuffix(err.Error(), explained) {
+			t.Errorf("sha256: %s: err = %v, want %q ... %q", tc.value, err, want, explained)
+		}
+	}
+	if _, err := load(t, input{yaml: "plugins:\n  - {name: a, path: a.wasm, sha256: 12e4" + strings.Repeat("5", 60) + "}\n"}); err != nil {
+		t.Errorf("a pin YAML reads as text: %v", err)
+	}
+}
+
 // TestPluginExamples loads every example plugin's config.yaml, so the
 // examples cannot drift from what Weir accepts.
 func TestPluginExamples(t *testing.T) {
