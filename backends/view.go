@@ -349,8 +349,11 @@ func formatWeights(m map[netip.AddrPort]uint32) string {
 	return strings.Join(parts, " ")
 }
 
+// formatRanges lists source ranges in order; "everyone" for nil or a
+// list holding a /0 (a backend may keep no ranges for it, allowing
+// everyone), "nobody" for an empty list.
 func formatRanges(r []netip.Prefix) string {
-	if r == nil {
+	if r == nil || slices.ContainsFunc(r, func(p netip.Prefix) bool { return p.Bits() == 0 }) {
 		return "everyone"
 	}
 	if len(r) == 0 {

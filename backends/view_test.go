@@ -102,3 +102,16 @@ func TestCompareNamesServiceAndField(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(wantLines, "\n"))
 	}
 }
+
+func TestCompareTakesASlashZeroRangeForEveryone(t *testing.T) {
+	d := Destination{DestExternal, netip.MustParseAddr("192.0.2.10"), plan.TCP, 80}
+	want := &View{Destinations: map[Destination]Forwarding{d: {Verdict: VerdictReject, Allowed: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}}}
+	got := &View{Destinations: map[Destination]Forwarding{d: {Verdict: VerdictReject}}}
+	if div := Compare(want, nil, got); len(div) != 0 {
+		t.Errorf("0.0.0.0/0 against no ranges: %v", div)
+	}
+	got.Destinations[d] = Forwarding{Verdict: VerdictReject, Allowed: []netip.Prefix{}}
+	if div := Compare(want, nil, got); len(div) != 1 || div[0].Field != "source ranges" {
+		t.Errorf("0.0.0.0/0 against nobody: %v", div)
+	}
+}
