@@ -10,17 +10,31 @@
 // keep their caches, so Weir keeps its rules, and reconnect on their own;
 // a relist afterwards delivers only what changed meanwhile (updates that
 // change nothing are not passed on).
+//
+// A request that cannot reach the API server is retried with a backoff
+// that is logged (the reason, the attempt and the next delay) and, when
+// the handler is a source.Reporter, reported as the source being down
+// until every informer reaches the server again. While the first objects
+// have not arrived, the source says every little while which ones it is
+// still waiting for and why.
 package kubernetes
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"sync"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -33,6 +47,16 @@ import (
 // another service proxy, and headless services' slices.
 const proxySelector = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
 
+// While the initial objects have not arrived, the source logs what it is
+// waiting for firstReport after it started, then at doubling intervals up
+// to maxReport.
+const (
+	firstReport = 5 * time.Second
+	maxReport   = time.Minute
+	// stopWait bounds how long Run waits for the informers to stop.
+	stopWait = time.Second
+)
+
 // Options configures the source.
 type Options struct {
 	// NodeName is the Node whose changes are delivered.
@@ -44,12 +68,23 @@ type Options struct {
 // Source watches the API server of one client configuration.
 type Source struct {
 	client kubernetes.Interface
+	server string
 	opts   Options
+	tune   tuning
+}
+
+// tuning holds the source's delays; tests shorten them.
+type tuning struct {
+	backoffInitial, backoffMax time.Duration
+	firstReport, maxReport     time.Duration
 }
 
 // Config returns the client configuration of a kubeconfig file, or the
 // in-cluster one (the pod's ServiceAccount) when path is empty. Objects are
 // read as protobuf, which costs the API server and Weir less than JSON.
+// Connections time out after 10 s and requests unanswered after a minute
+// (resumed watches excepted), so an API server that does not answer shows
+// as an error instead of a silent wait.
 func Config(path string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
@@ -64,6 +99,7 @@ func Config(path string) (*rest.Config, error) {
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.UserAgent = "weir"
+	defaultLimits.apply(cfg)
 	return cfg, nil
 }
 
@@ -79,60 +115,158 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	return &Source{client: client, opts: opts}, nil
+	return &Source{client: client, server: cfg.Host, opts: opts, tune: tuning{
+		backoffInitial: backoffInitial, backoffMax: backoffMax, firstReport: firstReport, maxReport: maxReport,
+	}}, nil
+}
+
+// informer is one of the source's informers with what it watches.
+type informer struct {
+	obj      *watched
+	informer cache.SharedIndexInformer
+	handler  cache.ResourceEventHandler
+}
+
+// informers returns the source's three informers, their requests
+// reporting to st.
+func (s *Source) informers(st *status, h source.Handler) []informer {
+	proxied := func(o *metav1.ListOptions) { o.LabelSelector = proxySelector }
+	node := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.opts.NodeName).String()
+	}
+	services := s.client.CoreV1().Services("")
+	slices := s.client.DiscoveryV1().EndpointSlices("")
+	nodes := s.client.CoreV1().Nodes()
+	return []informer{
+		s.informer(st, "Services", &corev1.Service{}, listWatch(proxied, services.List, services.Watch), handlerFor(h.OnService)),
+		s.informer(st, "EndpointSlices", &discoveryv1.EndpointSlice{}, listWatch(proxied, slices.List, slices.Watch), handlerFor(h.OnEndpointSlice)),
+		s.informer(st, "Node "+s.opts.NodeName, &corev1.Node{}, listWatch(node, nodes.List, nodes.Watch), handlerFor(h.OnNode)),
+	}
+}
+
+// informer returns an informer of obj's kind whose requests go through lw,
+// retried and reported to st.
+func (s *Source) informer(st *status, what string, obj runtime.Object, lw *cache.ListWatch, h cache.ResourceEventHandler) informer {
+	w := st.add(what, backoff{initial: s.tune.backoffInitial, max: s.tune.backoffMax})
+	inf := cache.NewSharedIndexInformerWithOptions(&retrying{inner: lw, obj: w, wait: sleep}, obj,
+		cache.SharedIndexInformerOptions{ObjectDescription: what})
+	return informer{obj: w, informer: inf, handler: h}
+}
+
+// listWatch returns the list and watch of one resource through a typed
+// client, with tweak applied to their options.
+func listWatch[L runtime.Object](tweak func(*metav1.ListOptions),
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			return watchFn(ctx, o)
+		},
+	}
 }
 
 // Run starts the informers, calls h.OnSynced once their caches are full,
-// and delivers changes until ctx ends.
+// and delivers changes until ctx ends. If ctx ends first, Run returns an
+// error saying what it was still waiting for, and why. It returns within
+// about a second of ctx ending.
 func (s *Source) Run(ctx context.Context, h source.Handler) error {
-	proxied := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = proxySelector }))
-	node := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.opts.NodeName).String()
-		}))
-	watched := []struct {
-		what     string
-		informer cache.SharedIndexInformer
-		handler  cache.ResourceEventHandler
-	}{
-		{"Services", proxied.Core().V1().Services().Informer(), handlerFor(h.OnService)},
-		{"EndpointSlices", proxied.Discovery().V1().EndpointSlices().Informer(), handlerFor(h.OnEndpointSlice)},
-		{"Node " + s.opts.NodeName, node.Core().V1().Nodes().Informer(), handlerFor(h.OnNode)},
-	}
-	var synced []cache.InformerSynced
-	for _, w := range watched {
-		if err := w.informer.SetTransform(dropManagedFields); err != nil {
-			return fmt.Errorf("kubernetes: %s informer: %w", w.what, err)
+	st := newStatus(s.opts.Log, s.server, h)
+	infs := s.informers(st, h)
+	var names []string
+	for _, inf := range infs {
+		if err := inf.informer.SetTransform(dropManagedFields); err != nil {
+			return fmt.Errorf("kubernetes: %s informer: %w", inf.obj.what, err)
 		}
-		if err := w.informer.SetWatchErrorHandlerWithContext(s.watchErrorLogger(w.what)); err != nil {
-			return fmt.Errorf("kubernetes: %s informer: %w", w.what, err)
+		if err := inf.informer.SetWatchErrorHandlerWithContext(s.watchErrorLogger(inf.obj.what)); err != nil {
+			return fmt.Errorf("kubernetes: %s informer: %w", inf.obj.what, err)
 		}
-		reg, err := w.informer.AddEventHandler(w.handler)
+		reg, err := inf.informer.AddEventHandler(inf.handler)
 		if err != nil {
-			return fmt.Errorf("kubernetes: %s informer: %w", w.what, err)
+			return fmt.Errorf("kubernetes: %s informer: %w", inf.obj.what, err)
 		}
-		synced = append(synced, reg.HasSynced)
+		inf.obj.hasSynced = reg.HasSynced
+		names = append(names, inf.obj.what)
 	}
-	proxied.Start(ctx.Done())
-	node.Start(ctx.Done())
-	defer proxied.Shutdown()
-	defer node.Shutdown()
-	s.opts.Log.Info("Waiting for the API server's objects", "node", s.opts.NodeName)
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return ctx.Err()
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, inf := range infs {
+		wg.Go(func() { inf.informer.RunWithContext(ctx) })
+	}
+	defer func() {
+		cancel()
+		s.awaitStop(&wg)
+	}()
+	s.opts.Log.Info("Waiting for the API server's objects", "server", s.server, "objects", names)
+	if err := s.waitSynced(ctx, st); err != nil {
+		return err
 	}
 	h.OnSynced()
+	st.markSynced()
 	<-ctx.Done()
 	return nil
 }
 
-// watchErrorLogger logs a watch that broke (the informer retries by
-// itself, keeping its cache).
+// waitSynced polls until every informer has delivered its initial objects,
+// logging now and then what it is still waiting for. It returns an error
+// saying so if ctx ends first.
+func (s *Source) waitSynced(ctx context.Context, st *status) error {
+	start := time.Now()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	interval := s.tune.firstReport
+	report := start.Add(interval)
+	for {
+		if st.waitingFor() == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubernetes: no objects from the API server at %s after %v; waiting for %s: %w",
+				s.server, time.Since(start).Round(100*time.Millisecond), st.waitingFor(), context.Cause(ctx))
+		case now := <-poll.C:
+			if now.Before(report) {
+				continue
+			}
+			s.opts.Log.Warn("Still waiting for the API server's objects", "server", s.server,
+				"waited", now.Sub(start).Round(time.Second), "waitingFor", st.waitingFor())
+			interval = min(2*interval, s.tune.maxReport)
+			report = now.Add(interval)
+		}
+	}
+}
+
+// awaitStop waits a little for the stopped informers' goroutines, so that
+// a stop does not leave them behind, but never long: a client-go wait
+// that ignores its context must not hold up a shutdown.
+func (s *Source) awaitStop(wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(stopWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.opts.Log.Debug("Informers still stopping; not waiting for them", "waited", stopWait)
+	}
+}
+
+// watchErrorLogger logs what broke a list or watch the reflector retries
+// by itself, keeping its cache; requests that could not reach the API
+// server are logged where they are retried.
 func (s *Source) watchErrorLogger(what string) cache.WatchErrorHandlerWithContext {
 	return func(ctx context.Context, _ *cache.Reflector, err error) {
-		if ctx.Err() == nil {
-			s.opts.Log.Warn("Lost the watch of the API server; retrying, rules unchanged", "objects", what, "error", err)
+		switch {
+		case ctx.Err() != nil:
+		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			s.opts.Log.Debug("Watch of the API server ended; listing again", "objects", what, "error", err)
+		default:
+			s.opts.Log.Warn("The API server failed a list or watch; retrying, rules unchanged",
+				"server", s.server, "objects", what, "error", err)
 		}
 	}
 }

@@ -1,0 +1,206 @@
+package kubernetes
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A refused connection is logged with its attempt and next delay, reported
+// as the source being down and named in Run's error; Run stops at once.
+func TestRunReportsRefusedConnection(t *testing.T) {
+	addr := closedPort(t)
+	r := start(t, config("https://"+addr, defaultLimits))
+	r.waitLogs(`msg="Cannot reach the API server; retrying, rules unchanged"`, "attempt=1", "retryIn=",
+		"connect: connection refused", "objects=Services", `objects=EndpointSlices`, `objects="Node n1"`)
+	r.waitLogs(`msg="Still waiting for the API server's objects"`, "waitingFor=", "failed")
+	r.waitCall("Down: cannot ")
+	calls := strings.Join(r.rec.snapshot(), "\n")
+	if !strings.Contains(calls, "connection refused") || !strings.Contains(calls, addr) {
+		t.Errorf("OnSourceDown does not say why:\n%s", calls)
+	}
+	err := r.stop()
+	if err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "waiting for Services") {
+		t.Errorf("Run after cancel: %v; want what it waited for and why", err)
+	}
+}
+
+// The retry backoff doubles each attempt, and a long run of failures logs
+// a handful of lines, not one per attempt.
+func TestRunLogsFewLinesPerOutage(t *testing.T) {
+	r := start(t, config("https://"+closedPort(t), defaultLimits))
+	r.waitLogs("objects=Services request=list attempt=16 ")
+	lines := strings.Count(r.logs.String(), "objects=Services request=list ")
+	r.stop()
+	// attempts 1, 2, 3, 4, 8 and 16, and perhaps 32 by now.
+	if lines < 6 || lines > 7 {
+		t.Errorf("%d lines for 16 failed lists of Services, want 6 or 7:\n%s", lines, r.logs.String())
+	}
+}
+
+// A server that accepts connections and never answers: the requests give
+// up with a reason, the wait says what is unanswered, and Run stops at once.
+func TestRunReportsUnansweredRequests(t *testing.T) {
+	addr := silentListener(t)
+	r := start(t, config("http://"+addr, limits{connect: time.Second, answer: 300 * time.Millisecond}))
+	r.waitLogs(`msg="Still waiting for the API server's objects"`, "request unanswered for")
+	r.waitLogs("no answer from the API server within 300ms", "attempt=1")
+	if err := r.stop(); err == nil || !strings.Contains(err.Error(), "no answer from the API server") {
+		t.Errorf("Run after cancel: %v", err)
+	}
+}
+
+// An API server that refuses Weir's credentials says so, and is retried.
+func TestRunReportsUnauthorized(t *testing.T) {
+	f := newFakeAPI(t, http.StatusUnauthorized)
+	r := start(t, config(f.srv.URL, defaultLimits))
+	r.waitLogs("error=Unauthorized", "attempt=2")
+	r.waitCall("Down: cannot list ")
+	if calls := strings.Join(r.rec.snapshot(), "\n"); !strings.Contains(calls, "from the API server at "+f.srv.URL+": Unauthorized") {
+		t.Errorf("OnSourceDown does not say why:\n%s", calls)
+	}
+	r.stop()
+}
+
+// An API server that answers 503 at first: the source is down, then it
+// delivers the objects, says it reached the server again and is up.
+func TestRunRecovers(t *testing.T) {
+	f := newFakeAPI(t, http.StatusServiceUnavailable)
+	r := start(t, config(f.srv.URL, defaultLimits))
+	r.waitCall("Down: ")
+	f.fail.Store(0)
+	r.waitCall("Up")
+	calls := r.rec.snapshot()
+	synced, up := -1, -1
+	for i, c := range calls {
+		switch c {
+		case "Synced":
+			synced = i
+		case "Up":
+			up = i
+		}
+	}
+	if synced < 0 || synced > up || !strings.Contains(strings.Join(calls, "\n"), "add Service default/web") {
+		t.Errorf("calls %q: want the Service, then Synced, then Up", calls)
+	}
+	r.waitLogs(`msg="Reached the API server again"`, "failedAttempts=")
+	if err := r.stop(); err != nil {
+		t.Errorf("Run after cancel: %v", err)
+	}
+}
+
+// A client configuration from a kubeconfig gets the connection limits: a
+// refused API server fails at once, with the reason.
+func TestConfigLimitsConnections(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	addr := closedPort(t)
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://`+addr+`", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Config(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Dial == nil || cfg.WrapTransport == nil {
+		t.Fatalf("Config(%s) has no connection limits", kc)
+	}
+	r := start(t, cfg)
+	r.waitLogs("connect: connection refused")
+	r.stop()
+}
+
+// A request whose answer does not come in time fails with the reason; a
+// watch that resumes is left alone; a quick answer passes.
+func TestAnswerWithin(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("slow") == "true" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	defer close(release)
+	client := &http.Client{Transport: &answerWithin{next: http.DefaultTransport, timeout: 100 * time.Millisecond}}
+	get := func(query string) error {
+		resp, err := client.Get(srv.URL + "/api/v1/services?" + query)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := get("slow=true"); err == nil || !strings.Contains(err.Error(), "no answer from the API server within 100ms") {
+		t.Errorf("slow list: %v, want the timeout named", err)
+	}
+	if err := get("slow=true&watch=true&sendInitialEvents=true"); err == nil {
+		t.Error("slow streaming list: no error, want the timeout")
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond) // longer than the timeout
+		release <- struct{}{}
+	}()
+	if err := get("slow=true&watch=true&resourceVersion=5"); err != nil {
+		t.Errorf("resumed watch answered after 300ms: %v, want it left alone", err)
+	}
+	if err := get(""); err != nil {
+		t.Errorf("quick list: %v", err)
+	}
+}
+
+// The backoff doubles from its initial delay up to its cap, each wait
+// between the delay and twice it, and starts over after a reset.
+func TestBackoff(t *testing.T) {
+	b := backoff{initial: 100 * time.Millisecond, max: 400 * time.Millisecond}
+	for i, base := range []time.Duration{100, 200, 400, 400} {
+		base *= time.Millisecond
+		if d := b.next(); d < base || d > 2*base {
+			t.Errorf("wait %d: %v, want between %v and %v", i+1, d, base, 2*base)
+		}
+	}
+	b.reset()
+	if d := b.next(); d > 200*time.Millisecond {
+		t.Errorf("after reset: %v", d)
+	}
+}
+
+// A stop while a request waits out its backoff ends the wait at once.
+func TestAttemptStopsDuringBackoff(t *testing.T) {
+	st := newStatus(discard(), "https://example", &recorder{})
+	w := st.add("Services", backoff{initial: time.Hour, max: time.Hour})
+	r := &retrying{obj: w, wait: sleep}
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	done := make(chan error, 1)
+	go func() {
+		_, err := attempt(ctx, r, "list", func(context.Context) (int, error) {
+			calls++
+			return 0, context.DeadlineExceeded // not an API status: unreachable
+		})
+		done <- err
+	}()
+	poll(t, "a failed attempt", func() bool { return strings.Contains(st.waitingFor(), "failed 1 times") }, st.waitingFor)
+	cancel()
+	select {
+	case err := <-done:
+		if err != context.Canceled {
+			t.Errorf("attempt returned %v, want context.Canceled (which the reflector takes for a stop)", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("attempt still waiting a second after cancel")
+	}
+}
