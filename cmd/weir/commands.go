@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -76,6 +77,7 @@ func newSource(env *environment) (source.Source, error) {
 	case "files":
 		return files.New(env.cfg.Source.Path, env.log), nil
 	case "kubernetes":
+		kubernetes.RouteClientLogs(env.log)
 		rc, err := kubernetes.Config(env.cfg.Source.Kubeconfig)
 		if err != nil {
 			return nil, err
@@ -155,9 +157,13 @@ func ipvsInKernel() bool {
 	return err == nil
 }
 
-// signalContext is cancelled by SIGINT or SIGTERM.
+// signalContext is cancelled by the first SIGINT or SIGTERM, with the
+// signal as its cause. A second signal ends the process at once, as Go
+// does by default, should stopping ever hang.
 func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	return ctx, stop
 }
 
 func runDaemon(env *environment) error {
@@ -226,6 +232,30 @@ func runDaemon(env *environment) error {
 
 func syncFlags(fs *pflag.FlagSet) {
 	fs.Bool("once", false, "sync once and exit (required)")
+	loadFlags(fs)
+}
+
+// defaultLoadTimeout is how long plan and sync --once wait for the source's
+// objects and the plugins unless --timeout says otherwise: long enough for
+// an API server that restarts, short enough for a script to notice.
+const defaultLoadTimeout = time.Minute
+
+// loadFlags adds --timeout to the commands that load the source once.
+func loadFlags(fs *pflag.FlagSet) {
+	fs.Duration("timeout", defaultLoadTimeout,
+		"give up when the source's objects and the plugins are not loaded after this long (a commit under way is not cut short)")
+}
+
+// loading returns the context that bounds how long a one-shot command
+// loads the source and the plugins: it ends --timeout from now, with a
+// cause that names the flag.
+func loading(ctx context.Context, env *environment) (context.Context, context.CancelFunc, error) {
+	timeout, _ := env.flags.GetDuration("timeout")
+	if timeout <= 0 {
+		return nil, nil, fmt.Errorf("%w: --timeout %v: want a positive duration", errUsage, timeout)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("gave up after --timeout %v", timeout))
+	return ctx, cancel, nil
 }
 
 func runSync(env *environment) error {
@@ -239,12 +269,17 @@ func runSync(env *environment) error {
 	defer be.Close()
 	ctx, cancel := signalContext()
 	defer cancel()
-	chain, err := newChain(ctx, env, hooks.Options{})
+	load, cancelLoad, err := loading(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer cancelLoad()
+	chain, err := newChain(load, env, hooks.Options{})
 	if err != nil {
 		return err
 	}
 	defer closeChain(chain)
-	p, err := loadedProxy(ctx, env, be, chain)
+	p, err := loadedProxy(load, env, be, chain)
 	if err != nil {
 		return err
 	}
@@ -266,15 +301,20 @@ func nodePorts(env *environment) planner.PortRange {
 func runPlan(env *environment) error {
 	ctx, cancel := signalContext()
 	defer cancel()
+	load, cancelLoad, err := loading(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer cancelLoad()
 	var changes []change
-	chain, err := newChain(ctx, env, hooks.Options{OnChange: func(plugin string, before, after *plan.Service) {
+	chain, err := newChain(load, env, hooks.Options{OnChange: func(plugin string, before, after *plan.Service) {
 		changes = append(changes, change{plugin, before, after})
 	}})
 	if err != nil {
 		return err
 	}
 	defer closeChain(chain)
-	p, err := loadedProxy(ctx, env, nil, chain)
+	p, err := loadedProxy(load, env, nil, chain)
 	if err != nil {
 		return err
 	}
@@ -298,6 +338,9 @@ func loadedProxy(ctx context.Context, env *environment, be backends.Backend, cha
 	}
 	p := proxy.New(opts)
 	if err := p.LoadOnce(ctx, src); err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
 		return nil, fmt.Errorf("source %s: %w", env.cfg.Source.Kind, err)
 	}
 	return p, nil

@@ -34,7 +34,7 @@ type command struct {
 var commands = []command{
 	{"run", "watch the source and keep the kernel's rules in sync (the daemon)", nil, runDaemon, nil},
 	{"sync", "sync the rules once and exit (requires --once)", syncFlags, runSync, nil},
-	{"plan", "print the rule plan computed from the source, after the plugins; touches no kernel", nil, runPlan, nil},
+	{"plan", "print the rule plan computed from the source, after the plugins; touches no kernel", loadFlags, runPlan, nil},
 	{"verify", "compare the kernel's rules with the plan and list every divergence; writes nothing", verifyFlags, runVerify, nil},
 	{"cleanup", "remove every rule Weir installed, in every mode", nil, runCleanup, nil},
 	{"plugin", "plugin test: show what a hook plugin does to the services of a manifests folder", nil, nil, runPluginCommand},
