@@ -79,3 +79,38 @@ func BenchmarkScaleDown10k(b *testing.B) {
 		}
 	}
 }
+
+// benchmarkReadBack reads back the tables holding n services × 10
+// endpoints and rebuilds their View: what weir diagnose and the soak
+// checker pay per check.
+func benchmarkReadBack(b *testing.B, n int) {
+	be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, b)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	p := benchkit.Plan(n, 10, 1)
+	ctx := context.Background()
+	if err := be.Sync(ctx, p, nil); err != nil {
+		b.Fatal(err)
+	}
+	want, owners := be.Expected(p)
+	b.ResetTimer()
+	for range b.N {
+		got, err := be.ReadBack(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if divs := backends.Compare(want, owners, got); len(divs) > 0 {
+			b.Fatalf("%d divergences, the first: %s", len(divs), divs[0])
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkReadBack1k reads back 1k services × 10 endpoints.
+func BenchmarkReadBack1k(b *testing.B) { benchmarkReadBack(b, 1000) }
+
+// BenchmarkReadBack10k reads back 10k services × 10 endpoints.
+func BenchmarkReadBack10k(b *testing.B) { benchmarkReadBack(b, 10000) }

@@ -26,35 +26,50 @@ const readAttempts = 5
 // its own, so it neither waits for nor delays a sync, and it starts over
 // when the ruleset's generation changed during the read.
 func (b *Backend) ReadBack(ctx context.Context) (*backends.View, error) {
-	connOpts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(forceBuffers)}
+	connOpts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(primeDumps)}
 	if b.opts.NetNS != 0 {
 		connOpts = append(connOpts, nftables.WithNetNSFd(b.opts.NetNS))
 	}
 	conn, err := nftables.New(connOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("nftables: open netlink socket: %w", err)
+		return nil, fmt.Errorf("nftables: open netlink socket for reading: %w", err)
 	}
 	defer conn.CloseLasting()
+	nc, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: b.opts.NetNS})
+	if err != nil {
+		return nil, fmt.Errorf("nftables: open netlink socket for reading: %w", err)
+	}
+	defer nc.Close()
+	if err := forceBuffers(nc); err != nil {
+		return nil, fmt.Errorf("nftables: size netlink socket buffers: %w", err)
+	}
 	for range readAttempts {
-		before, err := generation(b.opts.NetNS)
-		if err != nil {
-			return nil, err
-		}
-		dumps := make([]*tableDump, len(b.tables))
-		for i, tb := range b.tables {
-			if dumps[i], err = readTable(ctx, conn, tb.layout.table); err != nil {
-				return nil, fmt.Errorf("nftables: read back %s: %w", tableName(tb.layout), err)
-			}
-		}
-		after, err := generation(b.opts.NetNS)
-		if err != nil {
-			return nil, err
-		}
-		if before == after {
-			return b.view(dumps), nil
+		dumps, again, err := b.readTables(ctx, conn, nc)
+		if err != nil || !again {
+			return b.view(dumps), err
 		}
 	}
 	return nil, fmt.Errorf("nftables: read back tables ip/ip6 %s: the ruleset changed during each of %d reads", b.opts.Table, readAttempts)
+}
+
+// readTables reads both tables; again is set when the ruleset's generation
+// changed meanwhile, so they may not be of one commit.
+func (b *Backend) readTables(ctx context.Context, conn *nftables.Conn, nc *netlink.Conn) (dumps []*tableDump, again bool, err error) {
+	before, err := generation(nc)
+	if err != nil {
+		return nil, false, err
+	}
+	dumps = make([]*tableDump, len(b.tables))
+	for i, tb := range b.tables {
+		if dumps[i], err = readTable(ctx, conn, nc, tb.layout.table); err != nil {
+			return nil, false, fmt.Errorf("nftables: read back %s: %w", tableName(tb.layout), err)
+		}
+	}
+	after, err := generation(nc)
+	if err != nil {
+		return nil, false, err
+	}
+	return dumps, before != after, nil
 }
 
 // Expected returns the view ReadBack must return once p is committed: the
@@ -70,8 +85,11 @@ func (b *Backend) Expected(p *plan.Plan) (*backends.View, map[backends.Destinati
 	return backends.Expect(p, backends.ExpectOptions{NodePortFamilies: fams})
 }
 
-// view interprets the dumps of both tables.
+// view interprets the dumps of both tables; nil without dumps.
 func (b *Backend) view(dumps []*tableDump) *backends.View {
+	if dumps == nil {
+		return nil
+	}
 	v := &backends.View{Destinations: map[backends.Destination]backends.Forwarding{}}
 	for i, tb := range b.tables {
 		newReader(tb.layout, dumps[i], v).read()
@@ -89,8 +107,9 @@ type tableDump struct {
 }
 
 // readTable lists the table's chains with their rules and its sets with
-// their elements.
-func readTable(ctx context.Context, conn *nftables.Conn, table *nftables.Table) (*tableDump, error) {
+// their elements, except the endpoints maps, whose buckets it asks for on
+// nc by key.
+func readTable(ctx context.Context, conn *nftables.Conn, nc *netlink.Conn, table *nftables.Table) (*tableDump, error) {
 	d := &tableDump{chains: map[string]*nftables.Chain{}, rules: map[string][]*nftables.Rule{},
 		sets: map[string]*nftables.Set{}, elems: map[string][]nftables.SetElement{}}
 	tables, err := conn.ListTablesOfFamily(table.Family)
@@ -104,7 +123,10 @@ func readTable(ctx context.Context, conn *nftables.Conn, table *nftables.Table) 
 	if err := d.readChains(ctx, conn, table); err != nil {
 		return nil, err
 	}
-	return d, d.readSets(ctx, conn, table)
+	if err := d.readSets(ctx, conn, table); err != nil {
+		return nil, err
+	}
+	return d, d.readBuckets(nc, table)
 }
 
 func (d *tableDump) readChains(ctx context.Context, conn *nftables.Conn, table *nftables.Table) error {
@@ -137,27 +159,65 @@ func (d *tableDump) readSets(ctx context.Context, conn *nftables.Conn, table *nf
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		d.sets[s.Name] = s
+		if _, buckets := endpointsWeight(s.Name); buckets || unread[s.Name] {
+			continue
+		}
 		elems, err := conn.GetSetElements(s)
 		if err != nil {
 			return fmt.Errorf("list elements of %s: %w", s.Name, err)
 		}
-		d.sets[s.Name], d.elems[s.Name] = s, elems
+		d.elems[s.Name] = elems
 	}
 	return nil
 }
 
-// generation returns the nf_tables ruleset generation of the network
-// namespace netNS (0: the caller's), which every commit increments.
-func generation(netNS int) (uint32, error) {
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: netNS})
-	if err != nil {
-		return 0, fmt.Errorf("nftables: open netlink socket: %w", err)
+// unread are the sets whose elements no destination's forwarding depends
+// on (masquerading and affinity entries), which ReadBack does not list: the
+// hairpin set alone holds an element per endpoint address.
+var unread = map[string]bool{setHairpin: true, setAffinity: true, setClusterCIDRs: true, setPodCIDRs: true}
+
+// dumpPart is the largest part of a dump the kernel sends in one message:
+// it sizes them by the largest read the socket has seen, up to 32 KiB
+// (netlink_recvmsg), and the netlink library reads a page at first. Large
+// parts matter: the kernel walks a hash set from its start for every part
+// of its dump, so 100k elements in parts of 4 KiB took 8 s.
+const dumpPart = 32 << 10
+
+// primeDumps raises c's buffers and reads the answer to a small request
+// with a dumpPart-sized buffer, so the kernel sends later dumps in parts
+// that large.
+func primeDumps(c *netlink.Conn) error {
+	if err := forceBuffers(c); err != nil {
+		return err
 	}
-	defer c.Close()
-	msgs, err := c.Execute(netlink.Message{
+	if _, err := c.Send(generationRequest()); err != nil {
+		return err
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, dumpPart)
+	var rerr error
+	err = raw.Read(func(fd uintptr) bool {
+		_, _, _, _, rerr = unix.Recvmsg(int(fd), buf, nil, 0)
+		return !errors.Is(rerr, unix.EAGAIN)
+	})
+	return errors.Join(err, rerr)
+}
+
+func generationRequest() netlink.Message {
+	return netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
 		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
-	})
+	}
+}
+
+// generation returns the nf_tables ruleset generation, which every commit
+// increments.
+func generation(c *netlink.Conn) (uint32, error) {
+	msgs, err := c.Execute(generationRequest())
 	if err != nil {
 		return 0, fmt.Errorf("nftables: read the ruleset generation: %w", err)
 	}
