@@ -65,8 +65,9 @@ type Config struct {
 	FailurePolicy Policy
 	// Timeout bounds each call into the plugin; 0 means 100ms.
 	Timeout time.Duration
-	// MemoryLimit caps the plugin's memory in bytes; 0 means 64 MiB, and
-	// it is at least 64 pages (4 MiB).
+	// MemoryLimit caps each instance's linear memory in bytes; 0 means
+	// 64 MiB, and it is at least 64 pages (4 MiB). A plugin has at most two
+	// instances, so it costs the host at most about twice this.
 	MemoryLimit uint64
 	// Match selects the services the plugin sees.
 	Match Match

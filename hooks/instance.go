@@ -69,7 +69,7 @@ func (p *plugin) newInstance(ctx context.Context) (_ *instance, err error) {
 	out := newOutput(p.log, p.Name)
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
 		WithStdout(&out.stdout).WithStderr(&out.stderr)
-	memory, err := reserveMemory(p.MemoryLimit)
+	memory, err := reserveMemory(p.MemoryLimit, &p.memories)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero/experimental"
 	"golang.org/x/sys/unix"
@@ -19,18 +20,27 @@ import (
 // wazero calls Reallocate and Free on the goroutine running or closing the
 // instance, one at a time, so linearMemory needs no lock.
 type linearMemory struct {
-	reserved []byte // the whole reservation; nil once freed
-	usable   int    // bytes at the start of reserved that are readable and writable
+	reserved []byte    // the whole reservation; nil once freed
+	usable   int       // bytes at the start of reserved that are readable and writable
+	count    *reserved // the plugin's count of reservations
 }
 
-// reserveMemory reserves limit bytes of address space. The reservation
-// costs neither memory nor commit charge until Reallocate makes it usable.
-func reserveMemory(limit uint64) (*linearMemory, error) {
+// reserved counts a plugin's live reservations, and the most there were,
+// for the test of the bound docs/plugin-abi.md states.
+type reserved struct{ live, peak atomic.Int64 }
+
+// reserveMemory reserves limit bytes of address space, counted in count.
+// The reservation costs neither memory nor commit charge until Reallocate
+// makes it usable.
+func reserveMemory(limit uint64, count *reserved) (*linearMemory, error) {
 	b, err := unix.Mmap(-1, 0, int(limit), unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
 		return nil, fmt.Errorf("reserve %d MiB of address space for the plugin's memory: %w", limit>>20, err)
 	}
-	return &linearMemory{reserved: b}, nil
+	live := count.live.Add(1)
+	for peak := count.peak.Load(); live > peak && !count.peak.CompareAndSwap(peak, live); peak = count.peak.Load() {
+	}
+	return &linearMemory{reserved: b, count: count}, nil
 }
 
 // allocator returns ctx carrying a wazero allocator that hands m to the
@@ -70,5 +80,6 @@ func (m *linearMemory) Free() {
 	}
 	b := m.reserved[:cap(m.reserved)]
 	m.reserved, m.usable = nil, 0
+	m.count.live.Add(-1)
 	go func() { _ = unix.Munmap(b) }()
 }

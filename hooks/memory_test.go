@@ -108,6 +108,40 @@ func TestPluginStack(t *testing.T) {
 // moment the host holds the last two stacks, about 150 MB.
 const stackBound = 192 << 20
 
+// TestPluginInstances shows the count the memory bound of
+// docs/plugin-abi.md rests on: however many calls a sync makes at once, and
+// though every failed call replaces its instance, a plugin never has more
+// than max(maxIdle, maxWorkers) instances' memory reserved at a time.
+func TestPluginInstances(t *testing.T) {
+	bound := int64(max(maxIdle, maxWorkers))
+	if bound != 2 {
+		t.Errorf("a plugin may have %d instances; docs/plugin-abi.md says two", bound)
+	}
+	var services []*plan.Service // of 1000 endpoints each: ten calls
+	var keys []plan.Key
+	for i := range 40 {
+		services = append(services, svc("default", fmt.Sprintf("s%d", i), 1000, "w", "2", actAnnotation, "true"))
+		keys = append(keys, services[i].Key)
+	}
+	for _, cfg := range []Config{reweight("reweight", "w"), {Name: "fail", Path: guest("hostile"), Config: map[string]any{"mode": "fail"}}} {
+		t.Run(cfg.Name, func(t *testing.T) {
+			c, _ := newChain(t, Options{}, cfg)
+			for range 3 {
+				c.Forget(keys...)
+				_, _ = apply(c, services, true)
+			}
+			if calls, _ := stats(c, cfg.Name); calls < 10 {
+				t.Fatalf("the plugin got %d calls, want at least 10", calls)
+			}
+			p := c.slots[0].p
+			if peak, live := p.memories.peak.Load(), p.memories.live.Load(); peak > bound || live > int64(maxIdle) {
+				t.Errorf("%d instances' memory reserved at the peak (bound %d), %d after the syncs (bound %d)",
+					peak, bound, live, maxIdle)
+			}
+		})
+	}
+}
+
 // checkBomb runs b in a child process and checks what it measured.
 func checkBomb(t *testing.T, b bomb) {
 	t.Helper()

@@ -19,7 +19,10 @@ import (
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
-// maxIdle is how many idle instances a plugin keeps.
+// maxIdle is how many idle instances a plugin keeps. With maxWorkers it
+// bounds a plugin's instances, and so its memory (docs/plugin-abi.md): an
+// instance is made only when none is idle, by one of at most maxWorkers
+// calls, so at most max(maxIdle, maxWorkers) exist at a time.
 const maxIdle = 2
 
 // plugin is one loaded version of a plugin file: its own runtime (so its
@@ -35,8 +38,9 @@ type plugin struct {
 	idle   []*instance
 	closed bool
 
-	calls atomic.Int64 // weir_process calls, for tests
-	sent  atomic.Int64 // services sent, for tests
+	calls    atomic.Int64 // weir_process calls, for tests
+	sent     atomic.Int64 // services sent, for tests
+	memories reserved     // instances' memory reservations, for tests
 }
 
 // open reads, verifies and loads a plugin file.
