@@ -11,11 +11,16 @@
 // A sync writes each table with one iptables-restore --noflush run (filter
 // first, then nat). A full sync rewrites every chain; a partial sync writes
 // only the changed services' chains and adds or deletes single dispatch
-// rules. The backend remembers what it wrote and never reads the tables back
-// on the sync path, except once, on the first full sync, to list the
-// KUBE-* chains left by kube-proxy or an earlier Weir so that orphans are
-// deleted. The jump rules from the built-in chains are managed with
-// github.com/coreos/go-iptables.
+// rules. The backend remembers what it wrote and never reads the rules back
+// with iptables-save on the sync path: full syncs only look, cheaply, at
+// which chains the kernel has and how many rules each holds (look.go), to
+// take over the chains of kube-proxy or an earlier Weir and to find rules
+// removed behind the backend's back. The jump rules from the built-in
+// chains are managed with github.com/coreos/go-iptables. Every tool waits
+// at most xtables.LockWait for the xtables lock.
+//
+// ReadBack (readback.go) reads the rules back with iptables-save for
+// checking, never on the sync path.
 package iptables
 
 import (
@@ -27,11 +32,13 @@ import (
 	"maps"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	goipt "github.com/coreos/go-iptables/iptables"
+	"github.com/weirproxy/weir/backends/internal/xtables"
 	"github.com/weirproxy/weir/internal/sysctl"
 	"github.com/weirproxy/weir/sdk/plan"
 )
@@ -46,9 +53,10 @@ type Backend struct {
 	// synced is true after a full sync that succeeded in every table, until
 	// a sync fails: partial syncs need it.
 	synced bool
-	// listed is true once the first full sync has listed the kernel's
-	// KUBE-* chains for takeover.
-	listed bool
+	// lookBroken is set once the look at the kernel's tables (look.go)
+	// proved unreliable on this node; reconciles then check only the jump
+	// rules.
+	lookBroken bool
 	// rewritten is when the last sync that rewrote every chain started.
 	rewritten time.Time
 	// localnet is true once route_localnet has been set.
@@ -70,6 +78,10 @@ type family struct {
 	// knowing them: found at takeover, or written by a restore of a sync
 	// that then failed. The next full sync deletes those it does not need.
 	stray map[string][]string
+	// seen is the stamp of the family's tables after the last successful
+	// sync, when stamped (see stamp.go).
+	seen    stamp
+	stamped bool
 }
 
 // New returns a backend that programs the network namespace in opts with
@@ -104,10 +116,14 @@ type syncStats struct {
 }
 
 // Sync makes the kernel match p; see backends.Backend. Changes go into
-// each table with one iptables-restore run; a sync after a failed one
-// rewrites everything. So does a full sync (changed nil) once
-// RewritePeriod has passed since the last rewrite, or when a jump rule is
-// missing; a full sync sooner reconciles: see reconcile.
+// each table with one iptables-restore run. A full sync (changed nil)
+// rewrites every chain once RewritePeriod has passed since the last
+// rewrite; sooner it reconciles (see reconcile), which rewrites everything
+// only when it finds the rules damaged. When a partial sync or a reconcile
+// fails, Sync rewrites everything at once, in the same call (not after
+// an xtables lock timeout, which a retry in a moment handles better); a
+// failed rewrite leaves the next Sync to rewrite again. A sync that gave up
+// waiting for the xtables lock fails with an *xtables.LockError.
 func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -124,40 +140,91 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 	}
 	var st syncStats
 	var err error
+	var intact []bool
 	switch kind {
 	case "partial":
+		intact = b.intactStamps()
 		st, err = b.partialSync(ctx, p, changed)
 	case "reconcile":
 		st, kind, err = b.reconcile(ctx, p)
 	}
-	if kind == "rewrite" {
-		st, err = b.fullSync(ctx, p)
+	if err != nil && ctx.Err() == nil && !isLockTimeout(err) {
+		b.log.Warn("An iptables restore failed; rewriting every chain now", "flavour", b.fl.name, "kind", kind, "error", err)
+		kind, err = "rewrite", nil
+	}
+	if kind == "rewrite" && err == nil {
+		var more syncStats
+		more, err = b.fullSync(ctx, p)
+		st = st.plus(more)
 	}
 	if err != nil {
-		b.synced = false
+		// A lock timeout wrote nothing (or only filter, which the next
+		// reconcile notices): the retry need not rewrite everything.
+		b.synced = b.synced && isLockTimeout(err)
 		return err
 	}
 	if kind == "rewrite" {
 		b.synced, b.rewritten = true, start
 	}
+	b.restamp(kind == "partial", intact)
 	b.log.Debug("Synced iptables rules", "flavour", b.fl.name, "kind", kind, "services", len(p.Services),
 		"changed", len(changed), "restores", st.restores, "filterBytes", st.filter, "natBytes", st.nat,
 		"duration", time.Since(start))
 	return nil
 }
 
+// intactStamps says for each family whether its tables are unchanged since
+// the last sync.
+func (b *Backend) intactStamps() []bool {
+	out := make([]bool, len(b.fams))
+	for i, fam := range b.fams {
+		now, _, err := b.takeStamp(fam.f)
+		out[i] = err == nil && fam.stamped && now == fam.seen
+	}
+	return out
+}
+
+// restamp takes the stamps of the tables after a successful sync. After a
+// partial sync, a family whose tables someone else changed before it
+// (intact false) is left unstamped, so that the next reconcile looks at
+// them: the stamp must only ever vouch for tables as Weir wrote them.
+func (b *Backend) restamp(partial bool, intact []bool) {
+	for i, fam := range b.fams {
+		if partial && !intact[i] {
+			fam.stamped = false
+			continue
+		}
+		st, _, err := b.takeStamp(fam.f)
+		fam.seen, fam.stamped = st, err == nil
+	}
+}
+
+// plus adds the figures of two syncs.
+func (s syncStats) plus(o syncStats) syncStats {
+	return syncStats{filter: s.filter + o.filter, nat: s.nat + o.nat, restores: s.restores + o.restores}
+}
+
+// isLockTimeout says whether err is, or wraps, a tool giving up waiting
+// for the xtables lock.
+func isLockTimeout(err error) bool {
+	var l *xtables.LockError
+	return errors.As(err, &l)
+}
+
 // reconcile answers a full sync requested within RewritePeriod of the
 // last rewrite, like kube-proxy, which rewrites everything only hourly: it
-// checks that every jump rule is in place (flushing the built-in chains
-// removes them; kube-proxy watches a canary chain for that) and writes,
-// as a partial sync of every service, only what differs from what the
-// backend remembers writing. It returns "rewrite", having done nothing,
-// when a jump rule was missing: then everything must be rewritten.
+// looks at the kernel's tables (see look.go) and, when they are as the
+// backend wrote them, writes, as a partial sync of every service, only
+// what differs from what it remembers writing. It returns "rewrite",
+// having written nothing, when a family's rules are damaged: then
+// everything must be rewritten.
 func (b *Backend) reconcile(ctx context.Context, p *plan.Plan) (syncStats, string, error) {
 	for _, fam := range b.fams {
-		intact, err := ensureJumps(ctx, b.opts.NetNS, b.fl, fam.f, fam.ipt)
-		if err != nil || !intact {
-			b.log.Info("iptables jump rules were missing; rewriting every chain", "family", fam.f, "error", err)
+		damaged, err := b.damaged(ctx, fam, p)
+		if err != nil {
+			return syncStats{}, "reconcile", err
+		}
+		if damaged {
 			return syncStats{}, "rewrite", nil
 		}
 	}
@@ -173,8 +240,55 @@ func (b *Backend) reconcile(ctx context.Context, p *plan.Plan) (syncStats, strin
 	return st, "reconcile", err
 }
 
-// fullSync checks the jump rules and rewrites every chain of both
-// families.
+// driftLimit is how many differences a log line about damaged rules
+// quotes.
+const driftLimit = 5
+
+// damaged looks at the tables of one family and says whether they differ
+// from what the backend wrote, logging what it found. Chains with Weir's
+// names that it did not write become stray, for the next rewrite to
+// delete. Without a working look it only checks the jump rules.
+func (b *Backend) damaged(ctx context.Context, fam *family, p *plan.Plan) (bool, error) {
+	now, who, err := b.takeStamp(fam.f)
+	if err == nil && fam.stamped && now == fam.seen {
+		return false, nil // nothing changed since the last sync
+	}
+	if b.lookBroken {
+		intact, err := ensureJumps(ctx, b.opts.NetNS, b.fl, fam.f, fam.ipt)
+		if err != nil && (ctx.Err() != nil || isLockTimeout(err)) {
+			return false, err
+		}
+		if err != nil || !intact {
+			b.log.Warn("iptables jump rules were missing; rewriting every chain", "flavour", b.fl.name, "family", int(fam.f), "error", err)
+			return true, nil
+		}
+		return false, nil
+	}
+	look, err := b.lookFamily(ctx, fam.f)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		b.log.Warn("Cannot look at the kernel's iptables rules; rewriting every chain", "flavour", b.fl.name, "family", int(fam.f), "error", err)
+		return true, nil
+	}
+	diffs, n, unknown := drift(fam.last, newRenderer(fam.f, &b.opts, p.Node), look, driftLimit)
+	fam.stray = mergeChains(fam.stray, unknown)
+	if n == 0 {
+		return false, nil
+	}
+	args := []any{"flavour", b.fl.name, "family", int(fam.f), "differences", n, "found", strings.Join(diffs, "; ")}
+	if who != "" {
+		args = append(args, "lastChangedBy", string(who))
+	}
+	b.log.Warn("Weir's iptables rules were changed behind its back; rewriting every chain", args...)
+	return true, nil
+}
+
+// fullSync rewrites every chain of both families, after looking at their
+// tables and adding the missing jump rules (see prepare); after each
+// rewrite it checks that the look sees what was written (see verify). It
+// stops at an xtables lock timeout.
 func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error) {
 	var st syncStats
 	if b.opts.LocalhostNodePorts && !b.localnet {
@@ -183,30 +297,120 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error)
 		}
 		b.localnet = true
 	}
-	if !b.listed {
-		if err := b.listExisting(ctx); err != nil {
-			return st, err
-		}
-		b.listed = true
-	}
 	var errs []error
 	for _, fam := range b.fams {
-		if _, err := ensureJumps(ctx, b.opts.NetNS, b.fl, fam.f, fam.ipt); err != nil {
-			errs = append(errs, err)
+		err := b.prepare(ctx, fam)
+		if err == nil || !isLockTimeout(err) {
+			err = errors.Join(err, b.rewriteFamily(ctx, fam, p, &st))
 		}
-		existing := mergeChains(fam.stray, chainsOf(fam.last))
-		r, w := renderFull(fam.f, p, &b.opts, existing)
-		if err := b.apply(ctx, fam, r, &st); err != nil {
-			fam.stray = mergeChains(fam.stray, chainsOf(w))
+		if err != nil {
 			errs = append(errs, err)
+			if isLockTimeout(err) {
+				break
+			}
 			continue
 		}
-		fam.last, fam.stray = w, nil
+		b.verify(ctx, fam, p)
 	}
 	return st, errors.Join(errs...)
 }
 
-// partialSync writes the changed services of both families.
+// prepare looks at one family's tables before a rewrite: the chains with
+// Weir's names found there become stray, so the rewrite deletes those the
+// plan does not need (kube-proxy's at takeover, leftovers of tampering),
+// and the jump rules from the built-in chains are added where missing.
+func (b *Backend) prepare(ctx context.Context, fam *family) error {
+	look, err := b.lookFamily(ctx, fam.f)
+	if err == nil {
+		found := ownedIn(look)
+		if fam.last == nil && len(found) > 0 {
+			b.log.Info("Taking over existing iptables chains", "family", int(fam.f), "chains", len(found[tableNAT])+len(found[tableFilter]))
+		}
+		fam.stray = mergeChains(fam.stray, found)
+		if len(missingJumps(look)) == 0 && !b.lookBroken {
+			return nil
+		}
+	} else {
+		b.log.Warn("Cannot look at the kernel's iptables rules before rewriting them; stale chains may stay", "family", int(fam.f), "error", err)
+	}
+	intact, jerr := ensureJumps(ctx, b.opts.NetNS, b.fl, fam.f, fam.ipt)
+	if err == nil && jerr == nil && intact && !b.lookBroken {
+		b.distrustLook(fam, "it missed jump rules that iptables -C found")
+	}
+	return jerr
+}
+
+// rewriteFamily writes every chain of one family, deleting the stray
+// chains the plan does not need. When the kernel refuses to delete one (a
+// rule of someone else's jumps to it), it writes everything again with
+// the stray chains flushed but not deleted, and leaves them for the next
+// rewrite.
+func (b *Backend) rewriteFamily(ctx context.Context, fam *family, p *plan.Plan, st *syncStats) error {
+	existing := mergeChains(fam.stray, chainsOf(fam.last))
+	r, w := renderFull(fam.f, p, &b.opts, existing)
+	err := b.apply(ctx, fam, r, st)
+	if failedDelete(err) {
+		b.log.Warn("Cannot delete stale iptables chains that another rule jumps to; emptying them instead",
+			"flavour", b.fl.name, "family", int(fam.f), "error", err)
+		r.Filter, r.NAT = withoutDeletes(r.Filter), withoutDeletes(r.NAT)
+		if err = b.apply(ctx, fam, r, st); err == nil {
+			fam.last, fam.stray = w, existing
+			return nil
+		}
+	}
+	if err != nil {
+		fam.stray = mergeChains(existing, chainsOf(w))
+		return err
+	}
+	fam.last, fam.stray = w, nil
+	return nil
+}
+
+// withoutDeletes returns a restore text without its -X lines.
+func withoutDeletes(text []byte) []byte {
+	out := make([]byte, 0, len(text))
+	for line := range bytes.Lines(text) {
+		if !bytes.HasPrefix(line, []byte("-X ")) {
+			out = append(out, line...)
+		}
+	}
+	return out
+}
+
+// failedDelete says whether err is a restore that failed deleting a chain.
+func failedDelete(err error) bool {
+	var rf *restoreFailure
+	return errors.As(err, &rf) && strings.HasPrefix(rf.line, "-X ")
+}
+
+// verify looks at one family's tables right after a rewrite. If they
+// differ from what was just written, the look cannot be trusted on this
+// node (another iptables version, or another process rewriting the tables
+// at the same moment): reconciles then stop relying on it, or they would
+// rewrite everything every time.
+func (b *Backend) verify(ctx context.Context, fam *family, p *plan.Plan) {
+	if b.lookBroken {
+		return
+	}
+	look, err := b.lookFamily(ctx, fam.f)
+	if err != nil {
+		return
+	}
+	if diffs, n, _ := drift(fam.last, newRenderer(fam.f, &b.opts, p.Node), look, driftLimit); n > 0 {
+		b.distrustLook(fam, fmt.Sprintf("right after a rewrite it found %d differences: %s", n, strings.Join(diffs, "; ")))
+	}
+}
+
+// distrustLook stops relying on the look at the kernel's tables, saying
+// why.
+func (b *Backend) distrustLook(fam *family, why string) {
+	b.lookBroken = true
+	b.log.Warn("Weir cannot check its iptables rules cheaply on this node; periodic syncs check only the jump rules, and damage inside Weir's chains waits for the hourly rewrite",
+		"flavour", b.fl.name, "family", int(fam.f), "reason", why)
+}
+
+// partialSync writes the changed services of both families. It stops at
+// an xtables lock timeout.
 func (b *Backend) partialSync(ctx context.Context, p *plan.Plan, changed []plan.Key) (syncStats, error) {
 	var st syncStats
 	var errs []error
@@ -215,6 +419,9 @@ func (b *Backend) partialSync(ctx context.Context, p *plan.Plan, changed []plan.
 		if err := b.apply(ctx, fam, r, &st); err != nil {
 			fam.stray = mergeChains(fam.stray, chainsOf(w))
 			errs = append(errs, err)
+			if isLockTimeout(err) {
+				break
+			}
 			continue
 		}
 		fam.last = w
@@ -296,29 +503,6 @@ func killed(err error) bool {
 	return ok && ws.Signaled()
 }
 
-// listExisting lists, once per process, Weir's chains already in the
-// kernel (kube-proxy's or an earlier Weir's) so the first full sync can
-// take them over and delete the orphans.
-func (b *Backend) listExisting(ctx context.Context) error {
-	for _, fam := range b.fams {
-		found := map[string][]string{}
-		for _, table := range []string{tableFilter, tableNAT} {
-			chains, _, err := ownedChains(ctx, b.opts.NetNS, fam.tools.save, table)
-			if err != nil {
-				return fmt.Errorf("iptables: list existing chains for takeover: %w", err)
-			}
-			if len(chains) > 0 {
-				found[table] = chains
-			}
-		}
-		fam.stray = mergeChains(fam.stray, found)
-		if n := len(found[tableFilter]) + len(found[tableNAT]); n > 0 {
-			b.log.Info("Taking over existing iptables chains", "family", int(fam.f), "chains", n)
-		}
-	}
-	return nil
-}
-
 // mergeChains returns the union of per-table chain lists, sorted.
 func mergeChains(lists ...map[string][]string) map[string][]string {
 	sets := map[string]map[string]bool{}
@@ -353,9 +537,9 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
-		fam.last, fam.stray = nil, nil
+		fam.last, fam.stray, fam.stamped = nil, nil, false
 	}
-	b.synced, b.listed = false, false
+	b.synced = false
 	return errors.Join(errs...)
 }
 

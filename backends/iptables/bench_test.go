@@ -87,3 +87,28 @@ func BenchmarkSync10k(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLook10k measures, per flavour, the periodic full sync's look at
+// the kernel's tables loaded with 10k services × 10 endpoints (both
+// families' nat and filter, then the comparison with what was written):
+// the cost of finding damage every syncPeriod.
+func BenchmarkLook10k(b *testing.B) {
+	for _, fl := range []string{flavourLegacy, flavourNFT} {
+		b.Run(fl, func(b *testing.B) {
+			p := benchkit.Plan(10000, 10, 1)
+			be := benchLoaded(b, b, fl, p)
+			b.ResetTimer()
+			for range b.N {
+				for _, fam := range be.fams {
+					look, err := be.lookFamily(context.Background(), fam.f)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if diffs, n, _ := drift(fam.last, newRenderer(fam.f, &be.opts, p.Node), look, driftLimit); n > 0 {
+						b.Fatalf("IPv%d: %d differences right after a sync: %v", fam.f, n, diffs)
+					}
+				}
+			}
+		})
+	}
+}

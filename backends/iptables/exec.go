@@ -8,6 +8,7 @@ import (
 	"io"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/weirproxy/weir/backends/internal/xtables"
 )
@@ -23,13 +24,17 @@ func runTool(ctx context.Context, netNS int, stdin []byte, bin string, args ...s
 }
 
 // runRestore feeds text to bin (an iptables-restore) inside netNS. It never
-// flushes what the text does not name (--noflush) and waits for the xtables
-// lock (--wait) rather than failing when another writer holds it. What the
-// text lists (-S, see listFirst) is discarded. On failure the error quotes
-// the tool's complaint and the input line it names.
+// flushes what the text does not name (--noflush) and waits at most
+// xtables.LockWait for the xtables lock when another writer holds it, then
+// fails with an *xtables.LockError. What the text lists (-S, see
+// listFirst) is discarded. On other failures the error quotes the tool's
+// complaint and the input line it names.
 func runRestore(ctx context.Context, netNS int, bin string, text []byte) error {
-	stderr, err := xtables.Run(ctx, netNS, text, io.Discard, bin, "--noflush", "--wait")
+	stderr, err := xtables.Run(ctx, netNS, text, io.Discard, bin, append([]string{"--noflush"}, xtables.WaitArgs()...)...)
 	if err != nil {
+		if lerr := xtables.CheckLock(bin, stderr, err); lerr != nil {
+			return lerr
+		}
 		return restoreError(bin, text, stderr, err)
 	}
 	return nil
@@ -48,24 +53,42 @@ var lineNumber = regexp.MustCompile(`line:? (\d+)`)
 // restoreError describes a failed iptables-restore run: its complaint and,
 // when it names one, the failing line of the input.
 func restoreError(bin string, text, stderr []byte, err error) error {
-	msg := xtables.FirstLine(stderr)
+	msg := complaint(stderr)
 	if msg == "" {
 		msg = err.Error()
 	}
 	table := tableOf(text)
 	m := lineNumber.FindSubmatch(stderr)
 	if m == nil {
-		return &restoreFailure{fmt.Sprintf("iptables: %s (table %s): %s", bin, table, msg), err}
+		return &restoreFailure{msg: fmt.Sprintf("iptables: %s (table %s): %s", bin, table, msg), err: err}
 	}
 	n, _ := strconv.Atoi(string(m[1]))
-	return &restoreFailure{fmt.Sprintf("iptables: %s (table %s): %s; input line %d: %q", bin, table, msg, n, inputLine(text, n)), err}
+	line := inputLine(text, n)
+	return &restoreFailure{msg: fmt.Sprintf("iptables: %s (table %s): %s; input line %d: %q", bin, table, msg, n, line), line: line, err: err}
+}
+
+// complaint returns what a tool's standard error says: its first
+// non-blank line, and the next one too when the first only introduces it
+// (iptables-nft-restore prints "iptables-nft-restore v1.8.9 (nf_tables): "
+// and the error on the next line).
+func complaint(stderr []byte) string {
+	first := xtables.FirstLine(stderr)
+	if !strings.HasSuffix(first, ":") {
+		return first
+	}
+	_, rest, _ := bytes.Cut(stderr, []byte(first))
+	if next := xtables.FirstLine(rest); next != "" {
+		return first + " " + next
+	}
+	return first
 }
 
 // restoreFailure is a failed iptables-restore run: a message quoting the
-// tool, and the error of the run.
+// tool, the input line it blamed ("" when it named none), and the error of
+// the run.
 type restoreFailure struct {
-	msg string
-	err error
+	msg, line string
+	err       error
 }
 
 func (e *restoreFailure) Error() string { return e.msg }

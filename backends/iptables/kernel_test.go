@@ -402,8 +402,8 @@ func TestKernelOneChangeWritesOneService(t *testing.T) {
 
 // TestKernelFullSyncRestoresJumps deletes jump rules from the built-in
 // chains behind the backend's back: traffic stops, and the next full sync
-// puts each back exactly once. With iptables-legacy, whose check is one
-// iptables-restore --test run, that run must pass while all are in place.
+// puts each back exactly once. The look at the tables, which decides
+// whether a jump is missing, must see all of them while all are in place.
 func TestKernelFullSyncRestoresJumps(t *testing.T) {
 	eachFlavour(t, func(t *testing.T, fl string) {
 		topo := ktTopology(t)
@@ -412,9 +412,13 @@ func TestKernelFullSyncRestoresJumps(t *testing.T) {
 		ktSync(t, b, p, nil)
 		addr := netip.AddrPortFrom(ktVIP, 80)
 		netns.WantPods(t, "after the first sync", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
-		if fl == flavourLegacy {
-			if _, stderr, err := runTool(context.Background(), topo.Node.Fd(), jumpChecks(), b.fl.v4.restore, "--test", "--noflush"); err != nil {
-				t.Fatalf("the jump check fails with every jump in place: %v: %s", err, stderr)
+		for _, f := range []ipFamily{ipv4, ipv6} {
+			look, err := b.lookFamily(context.Background(), f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if missing := missingJumps(look); len(missing) > 0 {
+				t.Fatalf("with every jump in place, the look at IPv%d misses %v", f, missing)
 			}
 		}
 		ktRestore(t, topo, b.fl, ipv4, "*nat\n"+

@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"bytes"
 	"hash/maphash"
 	"maps"
 	"net/netip"
@@ -14,10 +15,13 @@ import (
 var chainSeed = maphash.MakeSeed()
 
 // chainSum is one chain a service wrote and a hash of its rules, enough to
-// tell whether a later render changes it.
+// tell whether a later render changes it; with the number of its rules
+// and of the service's rules that jump to it, which the periodic look at
+// the kernel checks (see drift).
 type chainSum struct {
-	name string
-	sum  uint64
+	name        string
+	sum         uint64
+	rules, refs int32
 }
 
 // svcWritten is what one service port wrote in one family: its own (nat)
@@ -27,15 +31,70 @@ type svcWritten struct {
 	rules  []sharedRule
 	// endpoints is the service's count of endpoints, all families.
 	endpoints int
+	// masqRefs counts the service's rules that jump to KUBE-MARK-MASQ.
+	masqRefs int32
 }
 
 // record returns what the service just rendered writes.
 func (t *serviceText) record() *svcWritten {
 	s := &svcWritten{chains: make([]chainSum, len(t.chains)), rules: slices.Clone(t.rules)}
 	for i, c := range t.chains {
-		s.chains[i] = chainSum{name: c.name, sum: maphash.Bytes(chainSeed, t.text[c.start:c.end])}
+		text := t.text[c.start:c.end]
+		s.chains[i] = chainSum{name: c.name, sum: maphash.Bytes(chainSeed, text), rules: int32(bytes.Count(text, []byte{'\n'}))}
 	}
+	s.countRefs(t)
 	return s
+}
+
+// countRefs counts the jumps of the service's rules, in its chains and in
+// the fixed ones, to its own chains and to KUBE-MARK-MASQ.
+func (s *svcWritten) countRefs(t *serviceText) {
+	var index map[string]int
+	if len(s.chains) > 16 {
+		index = make(map[string]int, len(s.chains))
+		for i, c := range s.chains {
+			index[c.name] = i
+		}
+	}
+	ref := func(target []byte) {
+		switch i, ok := index[string(target)]; {
+		case target == nil:
+		case string(target) == kubeMarkMasq:
+			s.masqRefs++
+		case ok:
+			s.chains[i].refs++
+		case index == nil:
+			for i := range s.chains {
+				if s.chains[i].name == string(target) {
+					s.chains[i].refs++
+					break
+				}
+			}
+		}
+	}
+	for line := range bytes.Lines(t.text) {
+		ref(jumpTarget(line))
+	}
+	for _, sr := range t.rules {
+		ref(jumpTarget([]byte(sr.spec)))
+	}
+}
+
+// jumpTarget returns what the rule (a line of restore text or a spec)
+// jumps to with -j, or nil.
+func jumpTarget(rule []byte) []byte {
+	i := bytes.Index(rule, []byte(" -j "))
+	switch {
+	case bytes.HasPrefix(rule, []byte("-j ")):
+		i = -1
+	case i < 0:
+		return nil
+	}
+	t := rule[i+4:]
+	if j := bytes.IndexAny(t, " \n"); j >= 0 {
+		t = t[:j]
+	}
+	return t
 }
 
 // minDelta is the least number of changes a written keeps over its base
