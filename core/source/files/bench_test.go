@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/weirproxy/weir/test/scale"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -113,30 +112,28 @@ func liveHeap() uint64 {
 // BenchmarkReloadOneFile10k measures one rewritten file among 10,000 reaching
 // the handler as an EndpointSlice update: "flush" from the write through the
 // reload the debounce timer would trigger, "watch" end to end through a real
-// Run, including fsnotify and the debounce delay.
+// Run, including inotify and the debounce delay.
 func BenchmarkReloadOneFile10k(b *testing.B) {
 	dir := benchDir(b)
 	path := scale.Path(dir, 5000)
 	b.Run("flush", func(b *testing.B) {
-		watcher, err := fsnotify.NewWatcher()
+		w, err := newWatcher()
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer watcher.Close()
-		r := newRun(New(dir, nil), watcher)
+		defer w.close()
+		h := newSignaller()
+		r := newRun(New(dir, nil), w, h)
 		if err := r.rescan(); err != nil {
 			b.Fatal(err)
 		}
-		h := newSignaller()
 		deliver(h, r.st.diff())
 		version := 0
 		for b.Loop() {
 			version = 1 + version%2
 			rewrite(b, dir, version)
 			r.pending[path] = true
-			if err := r.flush(h); err != nil {
-				b.Fatal(err)
-			}
+			r.flush()
 			<-h.updated
 		}
 	})

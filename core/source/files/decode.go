@@ -118,13 +118,27 @@ func (d *fileDecoder) jsonStream(data []byte) {
 			d.skip(doc, 0, err)
 			return
 		}
+		if len(raw) > maxObjectBytes {
+			if kind, name := peekJSON(raw); kind != "List" {
+				d.tooLarge(doc, 0, len(raw), kind, name)
+				continue
+			}
+		}
 		d.value(doc, 0, raw, nil)
 	}
 }
 
 // yamlDocument decodes one YAML document, converting it to JSON through
-// fastYAMLToJSON when it can and through sigs.k8s.io/yaml otherwise.
+// fastYAMLToJSON when it can and through sigs.k8s.io/yaml otherwise. A
+// document over the object size limit is skipped before it is decoded,
+// unless it is a List, whose items are checked one by one.
 func (d *fileDecoder) yamlDocument(doc int, data []byte) {
+	if len(data) > maxObjectBytes {
+		if kind, name := peekYAML(data); kind != "List" {
+			d.tooLarge(doc, 0, len(data), kind, name)
+			return
+		}
+	}
 	p := getParser()
 	defer putParser(p)
 	if js, header, ok := p.convert(data); ok {
@@ -161,6 +175,11 @@ func (d *fileDecoder) value(doc, item int, js, headerJS []byte) {
 	}
 	if h.Kind == "List" && item == 0 {
 		for i, it := range h.Items {
+			if len(it) > maxObjectBytes {
+				kind, name := peekJSON(it)
+				d.tooLarge(doc, i+1, len(it), kind, name)
+				continue
+			}
 			d.value(doc, i+1, it, nil)
 		}
 		return
@@ -189,6 +208,13 @@ func (d *fileDecoder) add(doc, item int, k key, obj object) {
 func (d *fileDecoder) skip(doc, item int, err error) {
 	d.failures++
 	d.log.Warn("Skipping manifest", d.where(doc, item, "error", err)...)
+}
+
+// tooLarge logs an object over the size limit, skipped, as a failure.
+func (d *fileDecoder) tooLarge(doc, item, size int, kind, name string) {
+	d.failures++
+	d.log.Warn("Skipping a manifest object that is too large", d.where(doc, item,
+		"kind", kind, "name", name, "bytes", size, "limitBytes", maxObjectBytes)...)
 }
 
 // where returns log attributes naming the file, document and list item.

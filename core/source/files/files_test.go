@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -315,22 +314,5 @@ func TestMissingDirectory(t *testing.T) {
 	}
 	if evs := rec.snapshot(); len(evs) != 0 {
 		t.Errorf("handler called: %v", evs)
-	}
-}
-
-func TestDirectoryRemovedStopsRun(t *testing.T) {
-	h := newHarness(t)
-	h.start()
-	if err := os.RemoveAll(h.dir); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-h.done:
-		if err == nil || !strings.Contains(err.Error(), "source.path") {
-			t.Errorf("Run = %v, want an error naming source.path", err)
-		}
-		h.done <- nil // for the cleanup's stop
-	case <-time.After(waitTimeout):
-		t.Fatal("Run did not return after its directory was removed")
 	}
 }

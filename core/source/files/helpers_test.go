@@ -20,8 +20,9 @@ const waitTimeout = 10 * time.Second
 
 // event is one handler call seen by the recorder.
 type event struct {
-	kind      string // Node, Service, EndpointSlice or Synced
+	kind      string // Node, Service, EndpointSlice, Synced, Down or Up
 	prev, cur object
+	err       error // the reason of a Down
 }
 
 // name returns namespace/name (or name) of the object the event is about.
@@ -52,8 +53,9 @@ func (e event) op() string {
 
 // String formats the event as "op Kind name".
 func (e event) String() string {
-	if e.kind == "Synced" {
-		return "Synced"
+	switch e.kind {
+	case "Synced", "Down", "Up":
+		return e.kind
 	}
 	return e.op() + " " + e.kind + " " + e.name()
 }
@@ -83,6 +85,14 @@ func (r *recorder) OnNode(prev, cur *corev1.Node) {
 }
 
 func (r *recorder) OnSynced() { r.add("Synced", nil, nil) }
+
+func (r *recorder) OnSourceDown(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, event{kind: "Down", err: err})
+}
+
+func (r *recorder) OnSourceUp() { r.add("Up", nil, nil) }
 
 // orNil turns a typed nil pointer into a nil object.
 func orNil[T any, P interface {
@@ -147,6 +157,7 @@ type harness struct {
 	cancel  context.CancelFunc
 	done    chan error
 	barrier int
+	tune    func(*tuning) // shortens the source's delays, if set
 }
 
 // newHarness returns a harness over a fresh directory, not yet running.
@@ -160,7 +171,11 @@ func (h *harness) start() []event {
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan error, 1)
-	go func() { h.done <- New(h.dir, log).Run(ctx, h.rec) }()
+	src := New(h.dir, log)
+	if h.tune != nil {
+		h.tune(&src.tune)
+	}
+	go func() { h.done <- src.Run(ctx, h.rec) }()
 	h.t.Cleanup(h.stop)
 	return h.rec.waitFor(h.t, "OnSynced", func(evs []event) bool {
 		return len(evs) > 0 && evs[len(evs)-1].kind == "Synced"

@@ -3,6 +3,8 @@ package files
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -51,6 +53,13 @@ func (st *state) loadFiles(paths []string) {
 	}
 }
 
+// maxFileBytes is the largest manifest file read: decoding one costs
+// several times its size, and 32 MiB holds some 25,000 objects.
+const maxFileBytes = 32 << 20
+
+// errFileTooLarge marks a file over maxFileBytes.
+var errFileTooLarge = fmt.Errorf("larger than the %d MiB limit for one manifest file", maxFileBytes>>20)
+
 // readFile reads and decodes one file without touching the state, logging
 // through a buffer in front of h.
 func readFile(h slog.Handler, path string) loaded {
@@ -61,7 +70,7 @@ func readFile(h slog.Handler, path string) loaded {
 	}
 	var data []byte
 	if err == nil {
-		data, err = os.ReadFile(path)
+		data, err = readAtMost(path, info.Size())
 	}
 	switch {
 	case isGone(err):
@@ -75,13 +84,33 @@ func readFile(h slog.Handler, path string) loaded {
 	return l
 }
 
+// readAtMost reads a file of the given size unless it, or what is there
+// by the time it is read, is larger than maxFileBytes.
+func readAtMost(path string, size int64) ([]byte, error) {
+	if size > maxFileBytes {
+		return nil, fmt.Errorf("%d bytes: %w", size, errFileTooLarge)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err == nil && len(data) > maxFileBytes {
+		err = fmt.Errorf("more than %d bytes: %w", maxFileBytes, errFileTooLarge)
+	}
+	return data, err
+}
+
 // apply records a loaded file in the state. A file that is gone drops its
-// objects; a file that cannot be read keeps them.
+// objects; a file that cannot be read, or is too large, keeps them.
 func (st *state) apply(l *loaded) {
 	l.logs.replay()
 	switch {
 	case l.gone:
 		st.setFile(l.path, nil)
+	case errors.Is(l.err, errFileTooLarge):
+		st.log.Warn("Skipping a manifest file that is too large; keeping its last good objects", "file", l.path, "error", l.err)
 	case l.err != nil:
 		st.log.Warn("Cannot read manifest file; keeping its last good objects", "file", l.path, "error", l.err)
 	default:
