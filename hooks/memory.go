@@ -13,9 +13,9 @@ import (
 // reserved once for the plugin's whole memory limit and made readable and
 // writable as the plugin grows its memory. Growing never moves or copies
 // the memory (wazero's default grows a Go slice, copying it each time and
-// leaving the old copies to the garbage collector, which cost the host 3–5
-// times the limit), the host backs only the pages the plugin has touched,
-// and closing the instance unmaps the memory at once.
+// leaving the old copies to the garbage collector, which cost the host up
+// to four times the limit), the host backs only the pages the plugin has
+// touched, and closing the instance unmaps the memory at once.
 //
 // wazero calls Reallocate and Free on the goroutine running or closing the
 // instance, one at a time, so linearMemory needs no lock.
