@@ -11,10 +11,14 @@
 // endpoints for that traffic, with the plan's weights.
 //
 // The backend remembers what it programmed. A partial sync sends only the
-// changes of the changed services and reads nothing back; a full sync
-// reads Weir's virtual servers back from the kernel, removes strays and
-// repairs drift. IPVS has no transactions: a failed sync may leave part of
-// its changes applied, and the next sync, always a full one, converges.
+// changes of the changed services (and puts back their addresses and set
+// entries) and reads nothing back; a full sync reads Weir's virtual
+// servers, the interface's addresses and the ipsets back from the kernel,
+// removes strays, repairs drift, recreates what was removed (the
+// interface, a set, a chain, a jump) and replaces a set of the wrong type.
+// IPVS has no transactions: a failed sync may leave part of its changes
+// applied, so Sync follows it at once with a full sync, which converges
+// from whatever the kernel holds.
 //
 // A TCP real server that is no longer wanted is first set to weight 0 and
 // deleted once the kernel counts no connections for it, or after
@@ -147,7 +151,7 @@ func New(opts Options) (*Backend, error) {
 		nl.Close()
 		return nil, err
 	}
-	masq, err := newMasqLayer(context.Background(), opts.NetNS, sets, opts.Flavour)
+	masq, err := newMasqLayer(context.Background(), opts.NetNS, sets, opts.Flavour, opts.Logger())
 	if err != nil {
 		sets.Close()
 		gc.Close()
@@ -187,18 +191,30 @@ func (b *Backend) reset() {
 	b.nodePorts, b.nodeAddrs = nil, nil
 }
 
-// Sync makes the kernel match p; see backends.Backend.
+// Sync makes the kernel match p; see backends.Backend. When the sync
+// fails, because something was removed or changed behind Weir's back or
+// the kernel refused a change, Sync rebuilds at once with a full sync
+// (which reads everything back and recreates what is missing) and returns
+// only that one's error; after a failed Sync the next one is full.
 func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	full := changed == nil || !b.synced || b.nodeChanged(p)
 	var err error
-	if changed == nil || !b.synced || b.nodeChanged(p) {
+	if full {
 		err = b.fullSync(ctx, p)
 	} else {
 		err = b.partialSync(ctx, p, changed)
+	}
+	if err != nil && ctx.Err() == nil {
+		kind := map[bool]string{false: "partial", true: "full"}[full]
+		b.log.Warn("IPVS "+kind+" sync failed; rebuilding from what the kernel holds now", "error", err)
+		if err = b.fullSync(ctx, p); err == nil {
+			b.log.Info("IPVS rules rebuilt after a failed sync", "services", len(p.Services))
+		}
 	}
 	b.synced = err == nil
 	return err

@@ -48,18 +48,66 @@ func isIpsetErr(err error, code int) bool {
 	return errors.As(err, &e) && int(e) == code
 }
 
-// reconcileSets makes every set hold exactly the entries of want, reading
-// each set back.
-func reconcileSets(c ipsetConn, want map[setEntry]int) error {
+// listSets lists every set of the layer with its entries. wrong are the
+// sets the kernel holds with another type or family than Weir creates,
+// or with a smaller capacity: made by hand or by another program under
+// Weir's name. A set that cannot be listed is left out, with an error.
+func listSets(c ipsetConn) (lists map[string]*netlink.IPSetResult, wrong []setSpec, err error) {
+	lists = map[string]*netlink.IPSetResult{}
+	var errs []error
+	for _, s := range allSets() {
+		res, err := c.IpsetList(s.name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ipvs: list ipset %s: %w", s.name, err))
+			continue
+		}
+		lists[s.name] = res
+		if s.mismatch(res) != "" {
+			wrong = append(wrong, s)
+		}
+	}
+	return lists, wrong, firstOf(errs)
+}
+
+// mismatch says how the listed set res differs from s in type, family or
+// capacity; "" when it does not.
+func (s setSpec) mismatch(res *netlink.IPSetResult) string {
+	fam := uint8(unix.AF_INET)
+	if s.family == 6 {
+		fam = unix.AF_INET6
+	}
+	switch {
+	case res.TypeName != s.kind:
+		return fmt.Sprintf("type %s, want %s", res.TypeName, s.kind)
+	case res.Family != fam:
+		return fmt.Sprintf("family %d, want %d (IPv%d)", res.Family, fam, s.family)
+	case res.MaxElements < setCapacity:
+		return fmt.Sprintf("capacity %d, want %d", res.MaxElements, setCapacity)
+	}
+	return ""
+}
+
+// replaceSets destroys the sets wrong and creates them anew, empty. No
+// rule may use them: the caller has flushed the layer's chains.
+func replaceSets(c ipsetConn, wrong []setSpec) error {
+	for _, s := range wrong {
+		if err := c.IpsetDestroy(s.name); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("ipvs: destroy ipset %s to create it anew: %w", s.name, err)
+		}
+	}
+	return ensureSets(c)
+}
+
+// reconcileSets makes every listed set hold exactly the entries of want.
+func reconcileSets(c ipsetConn, lists map[string]*netlink.IPSetResult, want map[setEntry]int) error {
 	bySet := map[string][]setEntry{}
 	for e := range want {
 		bySet[e.set] = append(bySet[e.set], e)
 	}
 	var errs []error
 	for _, s := range allSets() {
-		res, err := c.IpsetList(s.name)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ipvs: list ipset %s: %w", s.name, err))
+		res := lists[s.name]
+		if res == nil {
 			continue
 		}
 		have := map[setEntry]bool{}
@@ -88,14 +136,14 @@ func reconcileSets(c ipsetConn, want map[setEntry]int) error {
 }
 
 // updateSets moves the reference counts from old entries to new ones,
-// adding entries that gain their first reference and deleting those
-// that lose their last.
+// deleting the entries that lose their last reference and adding every
+// new one: adding a present entry changes nothing, and puts back one
+// removed behind Weir's back.
 func updateSets(c ipsetConn, refs map[setEntry]int, old, new []setEntry) error {
 	adds, dels := map[string][]setEntry{}, map[string][]setEntry{}
 	for _, e := range new {
-		if refs[e]++; refs[e] == 1 {
-			adds[e.set] = append(adds[e.set], e)
-		}
+		refs[e]++
+		adds[e.set] = append(adds[e.set], e)
 	}
 	for _, e := range old {
 		if refs[e]--; refs[e] <= 0 {

@@ -123,7 +123,7 @@ func fromDestination(d *ipvs.Destination) (netip.AddrPort, bool) {
 }
 
 // readKernel dumps the kernel's virtual servers for which ours is true,
-// with their real servers.
+// with their real servers (see addReals).
 func readKernel(c *genlConn, ours func(vsKey) bool) (map[vsKey]*virtualServer, error) {
 	svcs, err := c.services()
 	if err != nil {
@@ -139,14 +139,29 @@ func readKernel(c *genlConn, ours func(vsKey) bool) (map[vsKey]*virtualServer, e
 		if err != nil {
 			return nil, fmt.Errorf("ipvs: list real servers of virtual server %s: %w", k, err)
 		}
-		for _, d := range dests {
-			if a, ok := fromDestination(d); ok {
-				vs.reals[a] = int32(d.Weight)
-			}
-		}
+		addReals(vs, dests)
 		out[k] = vs
 	}
 	return out, nil
+}
+
+// notNAT is the weight the read-back gives a real server that does not
+// forward by NAT (masquerading): changed behind Weir's back, it reaches
+// no endpoint, and as no wanted weight is negative a sync updates it.
+const notNAT = -1
+
+// addReals adds the kernel's real servers dests to vs.
+func addReals(vs *virtualServer, dests []*ipvs.Destination) {
+	for _, d := range dests {
+		a, ok := fromDestination(d)
+		switch {
+		case !ok:
+		case d.ConnectionFlags&ipvs.ConnectionFlagFwdMask != ipvs.ConnectionFlagMasq:
+			vs.reals[a] = notNAT
+		default:
+			vs.reals[a] = int32(d.Weight)
+		}
+	}
 }
 
 // record notes in programmed that the kernel took o. A change to a real

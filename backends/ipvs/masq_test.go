@@ -115,10 +115,14 @@ func TestRenderNAT(t *testing.T) {
 // fakeSets is an in-memory ipsetConn.
 type fakeSets struct {
 	sets map[string]map[string]netlink.IPSetEntry
-	ops  []string
+	// heads are the sets' type, family and capacity, as listed.
+	heads map[string]netlink.IPSetResult
+	ops   []string
 }
 
-func newFakeSets() *fakeSets { return &fakeSets{sets: map[string]map[string]netlink.IPSetEntry{}} }
+func newFakeSets() *fakeSets {
+	return &fakeSets{sets: map[string]map[string]netlink.IPSetEntry{}, heads: map[string]netlink.IPSetResult{}}
+}
 
 func fakeKey(e *netlink.IPSetEntry) string {
 	return fmt.Sprintf("%v/%d/%d/%v", e.IP, *e.Protocol, *e.Port, e.IP2)
@@ -129,6 +133,7 @@ func (f *fakeSets) IpsetCreate(name, kind string, o netlink.IpsetCreateOptions) 
 		return nl.IPSetError(nl.IPSET_ERR_EXIST_SETNAME2)
 	}
 	f.sets[name] = map[string]netlink.IPSetEntry{}
+	f.heads[name] = netlink.IPSetResult{SetName: name, TypeName: kind, Family: o.Family, MaxElements: o.MaxElements}
 	return nil
 }
 
@@ -137,6 +142,7 @@ func (f *fakeSets) IpsetDestroy(name string) error {
 		return unix.ENOENT
 	}
 	delete(f.sets, name)
+	delete(f.heads, name)
 	return nil
 }
 
@@ -145,7 +151,9 @@ func (f *fakeSets) IpsetList(name string) (*netlink.IPSetResult, error) {
 	if s == nil {
 		return nil, unix.ENOENT
 	}
-	return &netlink.IPSetResult{SetName: name, Entries: slices.Collect(maps.Values(s))}, nil
+	res := f.heads[name]
+	res.Entries = slices.Collect(maps.Values(s))
+	return &res, nil
 }
 
 func (f *fakeSets) apply(name string, del bool, es []setEntry) error {
@@ -195,16 +203,30 @@ func TestSetsFullAndPartial(t *testing.T) {
 	}
 	f.ops = nil
 	refs := map[setEntry]int{a: 1, b: 2}
-	if err := reconcileSets(f, refs); err != nil {
+	reconcile := func() error {
+		lists, wrong, err := listSets(f)
+		if err != nil || len(wrong) > 0 {
+			t.Fatalf("list: %v, wrong sets %v", err, wrong)
+		}
+		return reconcileSets(f, lists, refs)
+	}
+	if err := reconcile(); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.ops) != 3 || len(f.sets[setHairpin]) != 0 || len(f.sets[setClusterIP]) != 1 || len(f.sets[setExternal]) != 1 {
 		t.Fatalf("full reconcile: ops %q, sets %v", f.ops, f.sets)
 	}
 	f.ops = nil
-	if err := reconcileSets(f, refs); err != nil || len(f.ops) != 0 {
+	if err := reconcile(); err != nil || len(f.ops) != 0 {
 		t.Fatalf("second reconcile: ops %q, err %v", f.ops, err)
 	}
+	// A partial update adds every entry of the new state (one removed
+	// behind Weir's back comes back).
+	delete(f.sets[setClusterIP], fakeKey(toIpsetEntry(a)))
+	if err := updateSets(f, refs, []setEntry{a}, []setEntry{a}); err != nil || len(f.sets[setClusterIP]) != 1 || refs[a] != 1 {
+		t.Fatalf("update a service keeping its entry: ops %q, refs %v, err %v", f.ops, refs, err)
+	}
+	f.ops = nil
 	// b is shared by two services: dropping one keeps it.
 	if err := updateSets(f, refs, []setEntry{b}, nil); err != nil || len(f.ops) != 0 || refs[b] != 1 {
 		t.Fatalf("drop one of two references: ops %q, refs %v, err %v", f.ops, refs, err)
@@ -217,6 +239,40 @@ func TestSetsFullAndPartial(t *testing.T) {
 	}
 	if err := destroySets(f); err != nil {
 		t.Fatalf("destroy again: %v", err)
+	}
+}
+
+func TestListSetsFindsSetsOfTheWrongKind(t *testing.T) {
+	f := newFakeSets()
+	if err := ensureSets(f); err != nil {
+		t.Fatal(err)
+	}
+	small := f.heads[setHairpin]
+	small.MaxElements = 65536
+	f.heads[setHairpin] = small
+	f.heads[setDrop+setSuffix6] = netlink.IPSetResult{TypeName: "hash:ip,port", Family: unix.AF_INET, MaxElements: setCapacity}
+	f.heads[setClusterIP] = netlink.IPSetResult{TypeName: "hash:ip", Family: unix.AF_INET, MaxElements: setCapacity}
+	lists, wrong, err := listSets(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range wrong {
+		got = append(got, s.name+": "+s.mismatch(lists[s.name]))
+	}
+	want := []string{
+		"WEIR-IPVS-CLUSTER-IP: type hash:ip, want hash:ip,port",
+		"WEIR-IPVS-HAIRPIN: capacity 65536, want 1048576",
+		"WEIR-IPVS-DROP-6: family 2, want 10 (IPv6)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("wrong sets:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if err := replaceSets(f, wrong); err != nil {
+		t.Fatal(err)
+	}
+	if _, wrong, _ := listSets(f); len(wrong) != 0 {
+		t.Errorf("after replaceSets still wrong: %v", wrong)
 	}
 }
 

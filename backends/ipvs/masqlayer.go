@@ -2,11 +2,13 @@ package ipvs
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
 
 	goipt "github.com/coreos/go-iptables/iptables"
+	"github.com/vishvananda/netlink"
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
@@ -14,6 +16,7 @@ import (
 // masqLayer is the state of the masquerade layer: the ipsets describing
 // the service destinations and the fixed nat rules matching them.
 type masqLayer struct {
+	log     *slog.Logger
 	flavour string
 	sets    ipsetConn
 	tools   []ruleTools
@@ -30,7 +33,7 @@ type masqLayer struct {
 }
 
 // newMasqLayer resolves the iptables flavour and its binaries.
-func newMasqLayer(ctx context.Context, netNS int, sets ipsetConn, flavour string) (*masqLayer, error) {
+func newMasqLayer(ctx context.Context, netNS int, sets ipsetConn, flavour string, log *slog.Logger) (*masqLayer, error) {
 	fl, err := chooseFlavour(ctx, netNS, flavour)
 	if err != nil {
 		return nil, err
@@ -39,7 +42,7 @@ func newMasqLayer(ctx context.Context, netNS int, sets ipsetConn, flavour string
 	if err != nil {
 		return nil, err
 	}
-	return &masqLayer{flavour: fl, sets: sets, tools: tools, ipts: ipts, refs: map[setEntry]int{}, marks: map[markRule]int{}}, nil
+	return &masqLayer{log: log, flavour: fl, sets: sets, tools: tools, ipts: ipts, refs: map[setEntry]int{}, marks: map[markRule]int{}}, nil
 }
 
 // flavourIPTables returns the binaries of flavour fl and go-iptables for
@@ -67,7 +70,8 @@ func (m *masqLayer) rulesStale(o *backends.Common, node plan.Node) bool {
 }
 
 // syncFull makes the sets hold the entries of services, reading them
-// back, and rewrites the rules of both families.
+// back (creating missing sets and replacing those of the wrong kind), and
+// rewrites the rules of both families.
 func (m *masqLayer) syncFull(ctx context.Context, o *backends.Common, node plan.Node, services map[plan.Key]*serviceState) error {
 	m.refs, m.marks, m.marksChanged = map[setEntry]int{}, map[markRule]int{}, false
 	for _, st := range services {
@@ -81,7 +85,13 @@ func (m *masqLayer) syncFull(ctx context.Context, o *backends.Common, node plan.
 	if err := ensureSets(m.sets); err != nil {
 		return err
 	}
-	errs := []error{reconcileSets(m.sets, m.refs)}
+	lists, wrong, listErr := listSets(m.sets)
+	if len(wrong) > 0 {
+		if err := m.replaceSets(ctx, o, lists, wrong); err != nil {
+			return err
+		}
+	}
+	errs := []error{listErr, reconcileSets(m.sets, lists, m.refs)}
 	m.podCIDRs = slices.Clone(node.PodCIDRs)
 	for i, t := range m.tools {
 		err := restore(ctx, o.NetNS, t, renderRules(t.family, o, node, m.markRules()))
@@ -91,6 +101,28 @@ func (m *masqLayer) syncFull(ctx context.Context, o *backends.Common, node plan.
 		errs = append(errs, err)
 	}
 	return firstOf(errs)
+}
+
+// replaceSets creates the sets wrong anew (see listSets): it flushes the
+// layer's chains in both families, which the rules written next restore,
+// so that no rule uses them, and notes them as listed empty in lists.
+func (m *masqLayer) replaceSets(ctx context.Context, o *backends.Common, lists map[string]*netlink.IPSetResult, wrong []setSpec) error {
+	for _, s := range wrong {
+		m.log.Warn("An ipset under Weir's name is not what Weir creates; replacing it (masquerading and source-range checks pause until the rules are rewritten, in this sync)",
+			"ipset", s.name, "problem", s.mismatch(lists[s.name]))
+	}
+	for _, t := range m.tools {
+		if err := restore(ctx, o.NetNS, t, renderEmpty()); err != nil {
+			return err
+		}
+	}
+	if err := replaceSets(m.sets, wrong); err != nil {
+		return err
+	}
+	for _, s := range wrong {
+		lists[s.name] = &netlink.IPSetResult{SetName: s.name}
+	}
+	return nil
 }
 
 // syncService moves one service's entries from old to new, and notes

@@ -119,6 +119,20 @@ func renderRules(f int, o *backends.Common, node plan.Node, marks []markRule) []
 	return []byte(b.String())
 }
 
+// renderEmpty returns the iptables-restore input that declares every
+// chain of the layer, with no rule: it flushes them.
+func renderEmpty() []byte {
+	var b strings.Builder
+	for _, t := range layerChains {
+		b.WriteString("*" + t.table + "\n")
+		for _, c := range t.chains {
+			b.WriteString(":" + c + " - [0:0]\n")
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return []byte(b.String())
+}
+
 // clusterIPRules are the rules of chainClusterIP in family f: pod
 // traffic returns unmarked, the rest is marked. With MasqueradeAll
 // everything is marked; without detector information (no ClusterCIDRs

@@ -54,8 +54,13 @@ func (b *Backend) nodeChanged(p *plan.Plan) bool {
 		b.masq.rulesStale(&b.opts.Common, p.Node)
 }
 
-// fullSync reads Weir's virtual servers from the kernel and turns them
-// into the plan's, removing strays and repairing drift.
+// fullSync reads Weir's virtual servers, the interface's addresses and
+// the ipsets back from the kernel and turns them into the plan's, removing
+// strays and repairing drift; it recreates what is missing (the interface,
+// a set), replaces a set of the wrong type and rewrites the iptables
+// rules. It trusts nothing it remembers about the kernel except which
+// virtual servers it programmed (so that it removes them when they are no
+// longer wanted): it is the from-scratch rebuild after a failed sync.
 func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) error {
 	if err := b.setSysctls(); err != nil {
 		return err
@@ -174,7 +179,8 @@ func (b *Backend) partialSync(ctx context.Context, p *plan.Plan, changed []plan.
 }
 
 // syncService moves one service from its last applied state to svc's
-// (nil: deleted).
+// (nil: deleted), and puts back its addresses and set entries should they
+// have been removed.
 func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service) error {
 	old := b.services[key]
 	for _, k := range old.keys() {
@@ -186,9 +192,10 @@ func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service
 	}
 	var errs []error
 	for _, a := range addrsOf(st) {
-		if b.addrRefs[a]++; b.addrRefs[a] == 1 {
-			errs = append(errs, addAddr(b.nl, link, a))
-		}
+		// Every address of the service, not only new ones: one removed
+		// behind Weir's back comes back with the service's next change.
+		b.addrRefs[a]++
+		errs = append(errs, addAddr(b.nl, link, a))
 	}
 	var ops []op
 	for _, k := range slices.SortedFunc(maps.Keys(unionKeys(serversOf(old), serversOf(st))), vsKey.compare) {

@@ -1,0 +1,232 @@
+//go:build vm
+
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"testing"
+
+	"github.com/moby/ipvs"
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+	"github.com/weirproxy/weir/sdk/plan"
+	"github.com/weirproxy/weir/test/netns"
+)
+
+// Objects an operator or another tool removes behind Weir's back: a
+// periodic full sync repairs what it can see, and a partial sync that runs
+// into the damage rebuilds at once instead of failing.
+
+// repairFixture is a node where the backend serves web (cluster IP and
+// node port, masqueraded from the client as the ClusterCIDRs detector
+// says) and the plan that adds pod-c to it.
+type repairFixture struct {
+	topo *netns.Topology
+	b    *Backend
+	p    *plan.Plan
+	web  *plan.Service
+	fl   string
+}
+
+func newRepairFixture(t *testing.T, fl string) *repairFixture {
+	t.Helper()
+	opts := Options{Flavour: fl}
+	opts.ClusterCIDRs = []netip.Prefix{netns.DefaultPodCIDR}
+	topo, b := newCluster(t, opts)
+	web := service("web", plan.TCP, 80, 30080, []string{vip.String()}, podEP(podA, 1), podEP(podB, 1))
+	other := service("other", plan.UDP, 53, 0, []string{"10.96.0.11"}, podEP(podC, 1))
+	f := &repairFixture{topo: topo, b: b, p: testPlan(web, other), web: web, fl: fl}
+	mustSync(t, b, f.p, nil)
+	f.check(t, "before the damage", "pod-a", "pod-b")
+	return f
+}
+
+// addPodC changes web in the plan: pod-c joins.
+func (f *repairFixture) addPodC() {
+	web := f.web.Clone()
+	web.Endpoints = append(web.Endpoints, podEP(podC, 1))
+	f.p.Services[web.Key] = web
+}
+
+// check dials web's cluster IP and node port from the client: pods answer,
+// and the cluster IP is masqueraded (the client is no pod).
+func (f *repairFixture) check(t *testing.T, what string, pods ...string) {
+	t.Helper()
+	answers := netns.DialMany(t, f.topo.Client, netip.AddrPortFrom(vip, 80), 6*len(pods))
+	netns.WantPods(t, what+": cluster IP", answers, pods...)
+	for _, a := range answers {
+		if a.Source.Addr() != f.topo.NodeIP {
+			t.Errorf("%s: cluster IP: %s saw %s, want the node's %s (masqueraded)", what, a.Pod, a.Source.Addr(), f.topo.NodeIP)
+			break
+		}
+	}
+	netns.WantPods(t, what+": node port", netns.DialMany(t, f.topo.Client, netip.AddrPortFrom(f.topo.NodeIP, 30080), 6*len(pods)), pods...)
+}
+
+// ipvsBehindTheBack opens an IPVS handle of its own in the node.
+func (f *repairFixture) ipvsBehindTheBack(t *testing.T) *ipvs.Handle {
+	t.Helper()
+	h, err := ipvs.New(fmt.Sprintf("/proc/self/fd/%d", f.topo.Node.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+// netlinkBehindTheBack opens a netlink handle of its own in the node.
+func (f *repairFixture) netlinkBehindTheBack(t *testing.T) *netlink.Handle {
+	t.Helper()
+	h, err := netlink.NewHandleAt(vnetns.NsHandle(f.topo.Node.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+// iptables runs the fixture's iptables flavour (ip6tables with family 6)
+// in the node.
+func (f *repairFixture) iptables(t *testing.T, family int, args ...string) {
+	t.Helper()
+	bin := "/usr/sbin/iptables-" + f.fl
+	if family == 6 {
+		bin = "/usr/sbin/ip6tables-" + f.fl
+	}
+	var out []byte
+	err := f.topo.Node.Do(func() (err error) {
+		out, err = exec.Command(bin, args...).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%s %v: %v: %s", bin, args, err, out)
+	}
+}
+
+func must(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// damage is one thing removed behind Weir's back.
+type damage struct {
+	name string
+	do   func(t *testing.T, f *repairFixture)
+	// partialRepairs says that a partial sync of web repairs all of it;
+	// otherwise the partial sync only must not fail, and the next full
+	// sync repairs.
+	partialRepairs bool
+}
+
+var webVS = vsKey{addr: vip, proto: plan.TCP, port: 80}
+
+var damages = []damage{
+	{name: "all-virtual-servers", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+		must(t, "ipvsadm -C", f.ipvsBehindTheBack(t).Flush())
+	}},
+	{name: "one-virtual-server", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+		must(t, "delete "+webVS.String(), f.ipvsBehindTheBack(t).DelService(toService(webVS, nil)))
+	}},
+	{name: "one-real-server", do: func(t *testing.T, f *repairFixture) {
+		must(t, "delete pod-a", f.ipvsBehindTheBack(t).DelDestination(toService(webVS, nil), toDestination(netip.AddrPortFrom(podA, podPort), 1)))
+	}},
+	{name: "dummy-interface", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+		h := f.netlinkBehindTheBack(t)
+		l, err := h.LinkByName(DefaultInterface)
+		must(t, "find "+DefaultInterface, err)
+		must(t, "delete "+DefaultInterface, h.LinkDel(l))
+	}},
+	{name: "one-address", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+		h := f.netlinkBehindTheBack(t)
+		l, err := h.LinkByName(DefaultInterface)
+		must(t, "find "+DefaultInterface, err)
+		must(t, "delete "+vip.String(), h.AddrDel(l, hostAddr(vip)))
+	}},
+	{name: "ipset-flushed", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+		must(t, "flush "+setClusterIP, f.netlinkBehindTheBack(t).IpsetFlush(setClusterIP))
+	}},
+	{name: "ipset-destroyed", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+		f.iptables(t, 4, "-t", "nat", "-F", chainServices) // the only rules using it
+		must(t, "destroy "+setClusterIP, f.netlinkBehindTheBack(t).IpsetDestroy(setClusterIP))
+	}},
+	{name: "ipset-recreated-with-another-type", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+		f.iptables(t, 4, "-t", "nat", "-F", chainServices)
+		h := f.netlinkBehindTheBack(t)
+		must(t, "destroy "+setClusterIP, h.IpsetDestroy(setClusterIP))
+		must(t, "create "+setClusterIP, h.IpsetCreate(setClusterIP, "hash:ip", netlink.IpsetCreateOptions{}))
+	}},
+	{name: "iptables-chain", do: func(t *testing.T, f *repairFixture) {
+		for _, from := range []string{"PREROUTING", "OUTPUT"} {
+			f.iptables(t, 4, "-t", "nat", "-D", from, "-m", "comment", "--comment", "weir IPVS service masquerading", "-j", chainServices)
+		}
+		f.iptables(t, 4, "-t", "nat", "-F", chainServices)
+		f.iptables(t, 4, "-t", "nat", "-X", chainServices)
+	}},
+	{name: "iptables-jump", do: func(t *testing.T, f *repairFixture) {
+		f.iptables(t, 4, "-t", "nat", "-D", "POSTROUTING", "-m", "comment", "--comment", "weir IPVS masquerading", "-j", chainPostrouting)
+	}},
+	{name: "real-server-not-nat", do: func(t *testing.T, f *repairFixture) {
+		d := toDestination(netip.AddrPortFrom(podA, podPort), 1)
+		d.ConnectionFlags = ipvs.ConnectionFlagDirectRoute
+		must(t, "switch pod-a to direct routing", f.ipvsBehindTheBack(t).UpdateDestination(toService(webVS, nil), d))
+	}},
+}
+
+// TestKernelRepairAfterFullSync removes each object and runs a full sync
+// (the periodic one): it succeeds and every connection works again.
+func TestKernelRepairAfterFullSync(t *testing.T) {
+	for _, d := range damages {
+		t.Run(d.name, func(t *testing.T) {
+			f := newRepairFixture(t, FlavourNFT)
+			d.do(t, f)
+			f.addPodC()
+			if err := f.b.Sync(context.Background(), f.p, nil); err != nil {
+				t.Fatalf("full sync after the damage: %v", err)
+			}
+			f.check(t, "after a full sync", "pod-a", "pod-b", "pod-c")
+		})
+	}
+}
+
+// TestKernelRepairAfterPartialSync removes each object and changes web in
+// a partial sync: it succeeds, rebuilding at once when it ran into the
+// damage; what it could not see, the next full sync repairs.
+func TestKernelRepairAfterPartialSync(t *testing.T) {
+	for _, d := range damages {
+		t.Run(d.name, func(t *testing.T) {
+			f := newRepairFixture(t, FlavourNFT)
+			d.do(t, f)
+			f.addPodC()
+			if err := f.b.Sync(context.Background(), f.p, []plan.Key{f.web.Key}); err != nil {
+				t.Fatalf("partial sync after the damage: %v", err)
+			}
+			if d.partialRepairs {
+				f.check(t, "after a partial sync", "pod-a", "pod-b", "pod-c")
+			}
+			mustSync(t, f.b, f.p, nil)
+			f.check(t, "after the next full sync", "pod-a", "pod-b", "pod-c")
+		})
+	}
+}
+
+// TestKernelRepairIPTablesLegacy repeats the iptables removals with
+// iptables-legacy.
+func TestKernelRepairIPTablesLegacy(t *testing.T) {
+	for _, d := range damages {
+		if d.name != "iptables-chain" && d.name != "iptables-jump" && d.name != "ipset-destroyed" {
+			continue
+		}
+		t.Run(d.name, func(t *testing.T) {
+			f := newRepairFixture(t, FlavourLegacy)
+			d.do(t, f)
+			f.addPodC()
+			mustSync(t, f.b, f.p, nil)
+			f.check(t, "after a full sync", "pod-a", "pod-b", "pod-c")
+		})
+	}
+}
