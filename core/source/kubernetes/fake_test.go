@@ -30,11 +30,14 @@ const waitTimeout = 10 * time.Second
 type fakeAPI struct {
 	srv  *httptest.Server
 	fail atomic.Int32 // HTTP status every request fails with; 0 serves
+
+	mu      sync.Mutex
+	dropped chan struct{} // closed to end the watches open now
 }
 
 // newFakeAPI starts a fake API server, failing with status fail (0: none).
 func newFakeAPI(t *testing.T, fail int) *fakeAPI {
-	f := &fakeAPI{}
+	f := &fakeAPI{dropped: make(chan struct{})}
 	f.fail.Store(int32(fail))
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
@@ -63,14 +66,28 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	case q.Get("watch") == "true" && q.Get("sendInitialEvents") == "true":
 		writeStatus(w, http.StatusBadRequest, "streaming lists are not served here")
 	case q.Get("watch") == "true":
+		f.mu.Lock()
+		dropped := f.dropped
+		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
-		<-r.Context().Done()
+		select {
+		case <-r.Context().Done():
+		case <-dropped:
+		}
 	default:
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(list))
 	}
+}
+
+// dropWatches ends the watches open now, as an API server going away does.
+func (f *fakeAPI) dropWatches() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	close(f.dropped)
+	f.dropped = make(chan struct{})
 }
 
 // writeStatus answers with a metav1.Status of code, as the API server does.

@@ -12,11 +12,13 @@
 // change nothing are not passed on).
 //
 // A request that cannot reach the API server is retried with a backoff
-// that is logged (the reason, the attempt and the next delay) and, when
-// the handler is a source.Reporter, reported as the source being down
-// until every informer reaches the server again. While the first objects
-// have not arrived, the source says every little while which ones it is
-// still waiting for and why.
+// that is logged (the reason, the attempt and the next delay). While the
+// first objects have not arrived, the source says every little while which
+// ones it is still waiting for and why, and a handler that is a
+// source.Reporter hears that the source is down, then up once they are
+// delivered. Later outages are logged, not reported: the caches and the
+// rules stay as they were, and every node turning unhealthy at once would
+// fail the load balancers' health checks of the whole cluster.
 package kubernetes
 
 import (

@@ -204,3 +204,24 @@ func TestAttemptStopsDuringBackoff(t *testing.T) {
 		t.Fatal("attempt still waiting a second after cancel")
 	}
 }
+
+// An API server that goes away after the initial objects were delivered
+// is logged, and its return, but the source is not reported down: the
+// caches and the rules stay, and all nodes failing their health checks at
+// once would take the cluster's load balancers down.
+func TestOutageAfterSyncIsLoggedNotReported(t *testing.T) {
+	f := newFakeAPI(t, 0)
+	r := start(t, config(f.srv.URL, defaultLimits))
+	r.waitCall("Synced")
+	f.fail.Store(http.StatusServiceUnavailable)
+	f.dropWatches()
+	r.waitLogs(`msg="Cannot reach the API server; retrying, rules unchanged"`, `error="Service Unavailable"`)
+	f.fail.Store(0)
+	r.waitLogs(`msg="Reached the API server again"`)
+	r.stop()
+	for _, c := range r.rec.snapshot() {
+		if strings.HasPrefix(c, "Down") || c == "Up" {
+			t.Errorf("handler got %q after the initial sync", c)
+		}
+	}
+}

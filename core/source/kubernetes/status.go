@@ -11,8 +11,9 @@ import (
 )
 
 // status is what the source knows about reaching the API server, one
-// watched per informer. It logs failed attempts and recoveries, and says
-// when the source is down and up again to the handler's source.Reporter.
+// watched per informer. It logs failed attempts and recoveries, and tells
+// the handler's source.Reporter that the source is down while the initial
+// objects cannot be listed, and up once they are delivered.
 type status struct {
 	mu       sync.Mutex
 	log      *slog.Logger
@@ -110,25 +111,23 @@ func (w *watched) failed(op string, err error) time.Duration {
 }
 
 // reportDown tells the reporter that the source is down, again when the
-// reason changes (not when another informer fails alike). st.mu is held.
+// reason changes (not when another informer fails alike), but only until
+// the initial objects are delivered: an API server that goes away later
+// leaves every informer's cache, and the rules, as they were, and must not
+// make every node unhealthy at once. st.mu is held.
 func (st *status) reportDown(w *watched, op string, err error) {
-	if st.reporter == nil || (st.down && st.downWhy == err.Error()) {
+	if st.reporter == nil || st.synced || (st.down && st.downWhy == err.Error()) {
 		return
 	}
 	st.down, st.downWhy = true, err.Error()
 	st.reporter.OnSourceDown(fmt.Errorf("cannot %s %s from the API server at %s: %w", op, w.what, st.server, err))
 }
 
-// reportUp tells the reporter that the source is up again, once the
-// initial objects are delivered and no informer is failing. st.mu is held.
+// reportUp tells the reporter that the source is up once the initial
+// objects are delivered, if it said it was down. st.mu is held.
 func (st *status) reportUp() {
 	if !st.down || !st.synced {
 		return
-	}
-	for _, w := range st.objs {
-		if w.attempts > 0 {
-			return
-		}
 	}
 	st.down, st.downWhy = false, ""
 	st.reporter.OnSourceUp()
