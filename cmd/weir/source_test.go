@@ -154,3 +154,36 @@ func TestKernelStopWhileAPIServerUnreachable(t *testing.T) {
 		})
 	}
 }
+
+// weir run whose manifest folder is removed keeps running and serving the
+// rules; when the folder comes back, its changes are applied.
+func TestKernelFolderRemovedKeepsRules(t *testing.T) {
+	netns.RequireRoot(t)
+	weir := buildWeir(t)
+	dir := copyDemo(t)
+	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	d := startDaemon(t, topo.Node, weir, "run", "--min-sync-period", "0s", "--source-path", dir,
+		"--node-name", demoNode, "--healthz-bind-address", "", "--metrics-bind-address", "")
+	waitAnswer(t, d, topo.Client, webVIP)
+
+	away := dir + ".away"
+	if err := os.Rename(dir, away); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(d.out.String(), "Manifest folder is gone") {
+		if time.Now().After(deadline) {
+			t.Fatalf("weir run did not notice its folder gone:\n%s", d.out)
+		}
+		d.mustRun(t)
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.mustRun(t)
+	netns.WantPods(t, "with the folder gone", netns.DialMany(t, topo.Client, webVIP, 30), "pod-a", "pod-b", "pod-c")
+
+	removeEndpoint(t, filepath.Join(away, "web.yaml"), "pod-b")
+	if err := os.Rename(away, dir); err != nil {
+		t.Fatal(err)
+	}
+	waitWithout(t, d, topo.Client, webVIP, "pod-b", 40)
+}
