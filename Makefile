@@ -42,6 +42,8 @@ test: lint plugins vm-tools
 
 # The modules the nftables backend's kernel tests load in the VM.
 NFT_MODULES := nf_tables,nf_conntrack,nf_nat,nft_chain_nat,nft_ct,nft_fib_inet,nft_fib_ipv4,nft_fib_ipv6,nft_numgen,nft_reject_inet,nft_masq,veth
+# The host programs they run: nft and ip (ip netns exec) tamper with the tables.
+NFT_FILES := /usr/sbin/nft,/usr/sbin/ip
 
 comma := ,
 space := $(subst ,, )
@@ -64,7 +66,7 @@ test-vm: vm-tools
 	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/vm/nftables.test ./backends/nftables/
 	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/vm/iptables.test ./backends/iptables/
 	CGO_ENABLED=0 $(GO) test -tags vm -c -o $(BIN)/vm/ipvs.test ./backends/ipvs/
-	$(GO) run ./hack/vmtest --modules $(NFT_MODULES) $(BIN)/vm/nftables.test -test.run 'TestKernel|TestConformance' -test.v
+	$(GO) run ./hack/vmtest --modules $(NFT_MODULES) --host-files $(NFT_FILES) $(BIN)/vm/nftables.test -test.run 'TestKernel|TestConformance' -test.v
 	$(GO) run ./hack/vmtest --modules $(IPT_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/iptables.test -test.run 'TestKernel|TestConformance' -test.v
 	$(GO) run ./hack/vmtest --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/ipvs.test -test.run 'TestKernel|TestConformance' -test.v
 # weir sync --once and weir cleanup in mode ipvs end to end; the VM has no Go, so the test binary runs itself as weir

@@ -63,7 +63,8 @@ var tamperings = []tampering{
 
 // plantEndpointsLookup adds a chain of its own to Weir's table with a rule
 // that looks packets up in endpoints-3 (the nft tool cannot type that
-// map's keys, so this goes over netlink).
+// map's keys, so this goes over netlink; kernel 6.1 refuses a map used as a
+// set, so the rule takes the map's data too).
 func plantEndpointsLookup(t *testing.T, fd int) {
 	t.Helper()
 	conn, err := nftables.New(nftables.WithNetNSFd(fd))
@@ -75,7 +76,7 @@ func plantEndpointsLookup(t *testing.T, fd int) {
 	conn.AddRule(&nftables.Rule{Table: table, Chain: c, Exprs: []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: regKey},
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: regKey + 1},
-		&expr.Lookup{SourceRegister: regKey, SetName: endpointsMap(3)},
+		&expr.Lookup{SourceRegister: regKey, SetName: endpointsMap(3), DestRegister: regKey + 2, IsDestRegSet: true},
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	}})
 	if err := conn.Flush(); err != nil {
