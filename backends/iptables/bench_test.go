@@ -112,3 +112,27 @@ func BenchmarkLook10k(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReadBack10k measures, per flavour, ReadBack of 10k services ×
+// 10 endpoints (iptables-save of both families' nat and filter, then the
+// parse) and its comparison with Expected: what weir verify and the soak
+// checker pay, never a sync.
+func BenchmarkReadBack10k(b *testing.B) {
+	for _, fl := range []string{flavourLegacy, flavourNFT} {
+		b.Run(fl, func(b *testing.B) {
+			p := benchkit.Plan(10000, 10, 1)
+			be := benchLoaded(b, b, fl, p)
+			b.ResetTimer()
+			for range b.N {
+				v, err := be.ReadBack(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				want, owners := be.Expected(p)
+				if divs := backends.Compare(want, owners, v); len(divs) > 0 {
+					b.Fatalf("%d divergences right after a sync, the first: %s", len(divs), divs[0])
+				}
+			}
+		})
+	}
+}

@@ -1,16 +1,20 @@
 package iptables
 
 import (
+	"context"
 	"testing"
 
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/conformance"
 )
 
 // TestConformance runs the shared kernel conformance table against this
 // backend, once per iptables flavour (go test -run 'TestConformance/nft/'
 // picks one). The rows of a flavour run in parallel, each in its own
-// namespaces; legacy restores queue on the xtables lock (--wait).
+// namespaces; legacy restores queue on the xtables lock. After every
+// sync the rules are read back (ReadBack) and must do what the plan
+// expects (Expected): the rows' plans exercise the read-back too.
 func TestConformance(t *testing.T) {
 	conformance.RunFlavours(t, []string{flavourLegacy, flavourNFT}, func(fl string) conformance.NewBackend {
 		return func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
@@ -19,7 +23,38 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { b.Close() })
-			return b
+			return readBackChecked{b, t}
 		}
 	})
+}
+
+// readBackChecked is a backend whose every successful sync is checked by
+// reading the kernel back.
+type readBackChecked struct {
+	*Backend
+	t *testing.T
+}
+
+// Sync syncs, then fails the test with every divergence between what p
+// expects and what the kernel does.
+func (c readBackChecked) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
+	if err := c.Backend.Sync(ctx, p, changed); err != nil {
+		return err
+	}
+	for _, d := range ktDivergences(c.t, c.Backend, p) {
+		c.t.Errorf("read back after the sync: %s", d)
+	}
+	return nil
+}
+
+// ktDivergences reads b's rules back and compares them with what p
+// expects.
+func ktDivergences(t *testing.T, b *Backend, p *plan.Plan) []backends.Divergence {
+	t.Helper()
+	v, err := b.ReadBack(context.Background())
+	if err != nil {
+		t.Fatalf("read back: %v", err)
+	}
+	want, owners := b.Expected(p)
+	return backends.Compare(want, owners, v)
 }
