@@ -304,7 +304,24 @@ func compareForwarding(div Divergence, w, g Forwarding) []Divergence {
 	if !sameShares(w.ShortCircuit, g.ShortCircuit) || (w.ShortCircuit == nil) != (g.ShortCircuit == nil) {
 		field("short-circuit", formatWeights(w.ShortCircuit), formatWeights(g.ShortCircuit))
 	}
-	field("source ranges", formatRanges(w.Allowed), formatRanges(g.Allowed))
+	field("source ranges", formatRanges(covering(w.Allowed)), formatRanges(covering(g.Allowed)))
+	return out
+}
+
+// covering returns the ranges no other range of r covers: the same
+// sources, as a backend whose kernel refuses overlapping ranges writes
+// them (nil stays nil).
+func covering(r []netip.Prefix) []netip.Prefix {
+	if r == nil {
+		return nil
+	}
+	out := []netip.Prefix{}
+	for i, p := range r {
+		inside := slices.ContainsFunc(r, func(q netip.Prefix) bool { return q.Bits() < p.Bits() && q.Contains(p.Addr()) })
+		if !inside && !slices.Contains(r[:i], p) {
+			out = append(out, p)
+		}
+	}
 	return out
 }
 

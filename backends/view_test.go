@@ -115,3 +115,23 @@ func TestCompareTakesASlashZeroRangeForEveryone(t *testing.T) {
 		t.Errorf("0.0.0.0/0 against nobody: %v", div)
 	}
 }
+
+func TestCompareSourceRangesBySources(t *testing.T) {
+	d := Destination{DestExternal, netip.MustParseAddr("192.0.2.10"), plan.TCP, 80}
+	ranges := func(s ...string) []netip.Prefix {
+		out := []netip.Prefix{}
+		for _, p := range s {
+			out = append(out, netip.MustParsePrefix(p))
+		}
+		return out
+	}
+	want := &View{Destinations: map[Destination]Forwarding{d: {Verdict: VerdictReject, Allowed: ranges("10.0.0.0/8", "10.1.0.0/16", "10.0.0.0/8")}}}
+	got := &View{Destinations: map[Destination]Forwarding{d: {Verdict: VerdictReject, Allowed: ranges("10.0.0.0/8")}}}
+	if div := Compare(want, nil, got); len(div) != 0 {
+		t.Errorf("a range inside another, and a duplicate, against the covering range: %v", div)
+	}
+	got.Destinations[d] = Forwarding{Verdict: VerdictReject, Allowed: ranges("10.1.0.0/16")}
+	if div := Compare(want, nil, got); len(div) != 1 || div[0].Field != "source ranges" {
+		t.Errorf("against the inner range only: %v", div)
+	}
+}

@@ -553,3 +553,35 @@ func listenOnNode(t *testing.T, topo *netns.Topology, port uint16) {
 		}
 	}()
 }
+
+// TestKernelOverlappingRanges gives interval sets ranges that overlap
+// (one inside another, or twice the same): the kernel refuses overlapping
+// intervals, which failed every commit of the node, so the backend must
+// write only the ranges that cover the others.
+func TestKernelOverlappingRanges(t *testing.T) {
+	topo, _ := newCluster(t, Options{})
+	wide, inner := netip.MustParsePrefix("172.30.0.0/16"), netip.MustParsePrefix("172.30.0.0/24")
+	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd(),
+		ClusterCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.244.1.0/24")},
+		NodePortCIDRs: []netip.Prefix{wide, inner, wide}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	lbIP := netip.MustParseAddr("198.51.100.5")
+	shop := svc("default", "shop", "https", plan.TCP, vip.String(), 443, 30443, podEP(podB, 1))
+	shop.LoadBalancerIPs = []netip.Addr{lbIP}
+	shop.SourceRanges = []netip.Prefix{wide, inner, netip.MustParsePrefix("172.30.0.2/32"), wide}
+	p := testPlan(shop)
+	mustSync(t, b, p, nil)
+	netns.WantPods(t, "load-balancer IP from an allowed range", netns.DialMany(t, topo.Client, netip.AddrPortFrom(lbIP, 443), 3), "pod-b")
+	netns.WantPods(t, "node port", netns.DialMany(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30443), 3), "pod-b")
+	wantNoDivergence(t, "read back", b, p)
+
+	narrower := shop.Clone()
+	narrower.SourceRanges = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("10.1.0.0/16")}
+	p.Services[shop.Key] = narrower
+	mustSync(t, b, p, []plan.Key{shop.Key})
+	wantDropped(t, "load-balancer IP after its ranges left the client out", topo.Client, netip.AddrPortFrom(lbIP, 443))
+	wantNoDivergence(t, "read back after the partial sync", b, p)
+}

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 
@@ -34,14 +35,24 @@ func newTables(opts Options) []*table {
 	return out
 }
 
-// prefixesOf returns the prefixes of family f, masked.
+// prefixesOf returns the prefixes of family f, masked, without those that
+// another one covers (interval sets refuse overlapping elements, which
+// failed the whole commit), in address order.
 func prefixesOf(f *family, in []netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
+	var fam []netip.Prefix
 	for _, p := range in {
 		if f.is(p.Addr()) {
-			out = append(out, p.Masked())
+			fam = append(fam, p.Masked())
 		}
 	}
+	slices.SortFunc(fam, func(a, b netip.Prefix) int { return cmp.Or(a.Bits()-b.Bits(), a.Addr().Compare(b.Addr())) })
+	var out []netip.Prefix
+	for _, p := range fam {
+		if !slices.ContainsFunc(out, p.Overlaps) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	return out
 }
 
