@@ -141,6 +141,26 @@ func silentListener(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// closingListener accepts connections and closes them at once; it returns
+// its address.
+func closingListener(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
+}
+
 // recorder is a source.Handler and source.Reporter that records its calls.
 type recorder struct {
 	mu    sync.Mutex
@@ -252,7 +272,13 @@ func (r *running) stop() error {
 // waitLogs polls until the logs hold every one of want.
 func (r *running) waitLogs(want ...string) {
 	r.t.Helper()
-	poll(r.t, fmt.Sprintf("logs with %q", want), func() bool {
+	r.waitLogsWithin(waitTimeout, want...)
+}
+
+// waitLogsWithin polls for up to d until the logs hold every one of want.
+func (r *running) waitLogsWithin(d time.Duration, want ...string) {
+	r.t.Helper()
+	pollWithin(r.t, d, fmt.Sprintf("logs with %q", want), func() bool {
 		logs := r.logs.String()
 		for _, w := range want {
 			if !strings.Contains(logs, w) {
@@ -280,7 +306,13 @@ func (r *running) waitCall(prefix string) {
 // what show returns.
 func poll(t *testing.T, what string, cond func() bool, show func() string) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
+	pollWithin(t, waitTimeout, what, cond, show)
+}
+
+// pollWithin is poll with a deadline d from now.
+func pollWithin(t *testing.T, d time.Duration, what string, cond func() bool, show func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s:\n%s", what, show())

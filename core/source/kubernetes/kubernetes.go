@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -136,13 +138,17 @@ func (s *Source) informers(st *status, h source.Handler) []informer {
 	node := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.opts.NodeName).String()
 	}
-	services := s.client.CoreV1().Services("")
-	slices := s.client.DiscoveryV1().EndpointSlices("")
-	nodes := s.client.CoreV1().Nodes()
+	core, discovery := s.client.CoreV1().RESTClient(), s.client.DiscoveryV1().RESTClient()
 	return []informer{
-		s.informer(st, "Services", &corev1.Service{}, listWatch(proxied, services.List, services.Watch), handlerFor(h.OnService)),
-		s.informer(st, "EndpointSlices", &discoveryv1.EndpointSlice{}, listWatch(proxied, slices.List, slices.Watch), handlerFor(h.OnEndpointSlice)),
-		s.informer(st, "Node "+s.opts.NodeName, &corev1.Node{}, listWatch(node, nodes.List, nodes.Watch), handlerFor(h.OnNode)),
+		s.informer(st, "Services", &corev1.Service{},
+			listWatch(core, "services", func() runtime.Object { return &corev1.ServiceList{} }, proxied),
+			handlerFor(h.OnService)),
+		s.informer(st, "EndpointSlices", &discoveryv1.EndpointSlice{},
+			listWatch(discovery, "endpointslices", func() runtime.Object { return &discoveryv1.EndpointSliceList{} }, proxied),
+			handlerFor(h.OnEndpointSlice)),
+		s.informer(st, "Node "+s.opts.NodeName, &corev1.Node{},
+			listWatch(core, "nodes", func() runtime.Object { return &corev1.NodeList{} }, node),
+			handlerFor(h.OnNode)),
 	}
 }
 
@@ -155,19 +161,29 @@ func (s *Source) informer(st *status, what string, obj runtime.Object, lw *cache
 	return informer{obj: w, informer: inf, handler: h}
 }
 
-// listWatch returns the list and watch of one resource through a typed
-// client, with tweak applied to their options.
-func listWatch[L runtime.Object](tweak func(*metav1.ListOptions),
-	list func(context.Context, metav1.ListOptions) (L, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+// listWatch returns the list and watch of one resource of every namespace,
+// as client-go's typed clients send them, with tweak applied to their
+// options, but without client-go's own retries: those would retry a
+// connection that times out or resets ten times, silently, before the
+// source hears of it; the source retries itself, and says so.
+func listWatch(rc rest.Interface, resource string, newList func() runtime.Object, tweak func(*metav1.ListOptions)) *cache.ListWatch {
+	request := func(o *metav1.ListOptions) *rest.Request {
+		tweak(o)
+		var timeout time.Duration
+		if o.TimeoutSeconds != nil {
+			timeout = time.Duration(*o.TimeoutSeconds) * time.Second
+		}
+		return rc.Get().Resource(resource).VersionedParams(o, scheme.ParameterCodec).Timeout(timeout).MaxRetries(0)
+	}
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			tweak(&o)
-			return list(ctx, o)
+			list := newList()
+			err := request(&o).Do(ctx).Into(list)
+			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			tweak(&o)
-			return watchFn(ctx, o)
+			o.Watch = true
+			return request(&o).Watch(ctx)
 		},
 	}
 }
@@ -203,7 +219,7 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 		cancel()
 		s.awaitStop(&wg)
 	}()
-	s.opts.Log.Info("Waiting for the API server's objects", "server", s.server, "objects", names)
+	s.opts.Log.Info("Waiting for the API server's objects", "server", s.server, "objects", strings.Join(names, ", "))
 	if err := s.waitSynced(ctx, st); err != nil {
 		return err
 	}

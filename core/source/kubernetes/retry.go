@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net/url"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -99,7 +100,14 @@ func (r *retrying) WatchWithContext(ctx context.Context, opts metav1.ListOptions
 func attempt[T any](ctx context.Context, r *retrying, op string, request func(context.Context) (T, error)) (T, error) {
 	for {
 		r.obj.started(op)
-		v, err := request(ctx)
+		reqCtx, note := withFailureNote(ctx)
+		v, err := request(reqCtx)
+		if err == nil && note.failure() != nil {
+			if w, ok := any(v).(watch.Interface); ok {
+				w.Stop() // the empty watch client-go made of the failure
+			}
+			err = note.failure()
+		}
 		switch {
 		case ctx.Err() != nil:
 			r.obj.stopped()
@@ -109,11 +117,22 @@ func attempt[T any](ctx context.Context, r *retrying, op string, request func(co
 			r.obj.reached()
 			return v, err
 		}
-		if !r.wait(ctx, r.obj.failed(op, err)) {
+		if !r.wait(ctx, r.obj.failed(op, cause(err))) {
 			var zero T
 			return zero, ctx.Err()
 		}
 	}
+}
+
+// cause returns what went wrong with a request without the request's URL,
+// which the logs name otherwise (the server and the objects) and whose
+// query would drown the reason.
+func cause(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // unreachable reports whether err means that the API server could not be

@@ -9,6 +9,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 )
 
 // A refused connection is logged with its attempt and next delay, reported
@@ -53,6 +58,15 @@ func TestRunReportsUnansweredRequests(t *testing.T) {
 	if err := r.stop(); err == nil || !strings.Contains(err.Error(), "no answer from the API server") {
 		t.Errorf("Run after cancel: %v", err)
 	}
+}
+
+// Connections closed as soon as they open are seen at the first attempt:
+// client-go's own retries, which would repeat such a request ten times
+// without a word, are off.
+func TestRunReportsClosedConnectionsAtOnce(t *testing.T) {
+	r := start(t, config("https://"+closingListener(t), defaultLimits))
+	r.waitLogsWithin(3*time.Second, "objects=Services request=list attempt=2 ")
+	r.stop()
 }
 
 // An API server that refuses Weir's credentials says so, and is retried.
@@ -225,3 +239,29 @@ func TestOutageAfterSyncIsLoggedNotReported(t *testing.T) {
 		}
 	}
 }
+
+// client-go's Watch makes an empty watch, and no error, of a connection
+// that closes or times out; the source still sees the failure and retries.
+func TestWatchFailureNotMasked(t *testing.T) {
+	cfg := config("https://"+closingListener(t), defaultLimits)
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStatus(discard(), cfg.Host, &recorder{})
+	w := st.add("Services", backoff{initial: 10 * time.Millisecond, max: 10 * time.Millisecond})
+	r := &retrying{inner: listWatch(client.CoreV1().RESTClient(), "services",
+		func() runtime.Object { return &corev1.ServiceList{} }, func(*metav1.ListOptions) {}), obj: w, wait: sleep}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	watcher, err := r.WatchWithContext(ctx, metav1.ListOptions{SendInitialEvents: ptr(true)})
+	if err == nil {
+		watcher.Stop()
+		t.Fatal("the watch of a server that closes every connection succeeded")
+	}
+	if got := st.waitingFor(); !strings.Contains(got, "EOF") && !strings.Contains(got, "reset") {
+		t.Errorf("status %q does not name the broken connection", got)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -54,7 +55,9 @@ type answerWithin struct {
 func (a *answerWithin) RoundTrip(req *http.Request) (*http.Response, error) {
 	q := req.URL.Query()
 	if q.Get("watch") == "true" && q.Get("sendInitialEvents") != "true" {
-		return a.next.RoundTrip(req)
+		resp, err := a.next.RoundTrip(req)
+		noteFailure(req.Context(), err)
+		return resp, err
 	}
 	ctx, cancel := context.WithCancelCause(req.Context())
 	timer := time.AfterFunc(a.timeout, func() {
@@ -70,6 +73,7 @@ func (a *answerWithin) RoundTrip(req *http.Request) (*http.Response, error) {
 			err = cause // say why the request was cancelled
 		}
 		cancel(nil)
+		noteFailure(req.Context(), err)
 		return nil, err
 	}
 	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
@@ -87,4 +91,38 @@ func (c *cancelOnClose) Close() error {
 	err := c.ReadCloser.Close()
 	c.cancel(nil)
 	return err
+}
+
+// failureNote holds the transport error of a request, for a caller that
+// client-go would not tell: rest.Request.Watch turns a connection that
+// breaks or times out into an empty watch and no error.
+type failureNote struct {
+	mu  sync.Mutex
+	err error
+}
+
+// noteKey is the context key of a request's failureNote.
+type noteKey struct{}
+
+// withFailureNote returns a context whose requests note their transport
+// errors in the returned note.
+func withFailureNote(ctx context.Context) (context.Context, *failureNote) {
+	n := &failureNote{}
+	return context.WithValue(ctx, noteKey{}, n), n
+}
+
+// noteFailure records err in ctx's failureNote, if it has one.
+func noteFailure(ctx context.Context, err error) {
+	if n, ok := ctx.Value(noteKey{}).(*failureNote); ok && err != nil {
+		n.mu.Lock()
+		n.err = err
+		n.mu.Unlock()
+	}
+}
+
+// failure returns the error noted, if any.
+func (n *failureNote) failure() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.err
 }
