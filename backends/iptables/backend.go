@@ -269,7 +269,9 @@ func (b *Backend) damaged(ctx context.Context, fam *family, p *plan.Plan) (bool,
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		b.log.Warn("Cannot look at the kernel's iptables rules; rewriting every chain", "flavour", b.fl.name, "family", int(fam.f), "error", err)
+		// Rewrite once, then do without the look rather than rewrite at
+		// every period.
+		b.distrustLook(fam, "looking failed: "+err.Error())
 		return true, nil
 	}
 	diffs, n, unknown := drift(fam.last, newRenderer(fam.f, &b.opts, p.Node), look, driftLimit)
