@@ -82,6 +82,9 @@ type family struct {
 	// sync, when stamped (see stamp.go).
 	seen    stamp
 	stamped bool
+	// verified is set once a look right after a rewrite saw what was
+	// written (see verify).
+	verified bool
 }
 
 // New returns a backend that programs the network namespace in opts with
@@ -288,7 +291,7 @@ func (b *Backend) damaged(ctx context.Context, fam *family, p *plan.Plan) (bool,
 }
 
 // fullSync rewrites every chain of both families, after looking at their
-// tables and adding the missing jump rules (see prepare); after each
+// tables and adding the missing jump rules (see prepare); after the first
 // rewrite it checks that the look sees what was written (see verify). It
 // stops at an xtables lock timeout.
 func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error) {
@@ -317,11 +320,15 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error)
 	return st, errors.Join(errs...)
 }
 
-// prepare looks at one family's tables before a rewrite: the chains with
-// Weir's names found there become stray, so the rewrite deletes those the
-// plan does not need (kube-proxy's at takeover, leftovers of tampering),
-// and the jump rules from the built-in chains are added where missing.
+// prepare looks at one family's tables before a rewrite, unless their
+// stamp shows them as the last sync left them: the chains with Weir's
+// names found there become stray, so the rewrite deletes those the plan
+// does not need (kube-proxy's at takeover, leftovers of tampering), and
+// the jump rules from the built-in chains are added where missing.
 func (b *Backend) prepare(ctx context.Context, fam *family) error {
+	if now, _, err := b.takeStamp(fam.f); err == nil && fam.stamped && now == fam.seen {
+		return nil // as the last sync left them: nothing stray, no jump missing
+	}
 	look, err := b.lookFamily(ctx, fam.f)
 	if err == nil {
 		found := ownedIn(look)
@@ -385,13 +392,13 @@ func failedDelete(err error) bool {
 	return errors.As(err, &rf) && strings.HasPrefix(rf.line, "-X ")
 }
 
-// verify looks at one family's tables right after a rewrite. If they
-// differ from what was just written, the look cannot be trusted on this
-// node (another iptables version, or another process rewriting the tables
-// at the same moment): reconciles then stop relying on it, or they would
-// rewrite everything every time.
+// verify looks at one family's tables right after its first rewrite. If
+// they differ from what was just written, the look cannot be trusted on
+// this node (another iptables version, or another process rewriting the
+// tables at the same moment): reconciles then stop relying on it, or they
+// would rewrite everything every time.
 func (b *Backend) verify(ctx context.Context, fam *family, p *plan.Plan) {
-	if b.lookBroken {
+	if b.lookBroken || fam.verified {
 		return
 	}
 	look, err := b.lookFamily(ctx, fam.f)
@@ -400,7 +407,9 @@ func (b *Backend) verify(ctx context.Context, fam *family, p *plan.Plan) {
 	}
 	if diffs, n, _ := drift(fam.last, newRenderer(fam.f, &b.opts, p.Node), look, driftLimit); n > 0 {
 		b.distrustLook(fam, fmt.Sprintf("right after a rewrite it found %d differences: %s", n, strings.Join(diffs, "; ")))
+		return
 	}
+	fam.verified = true
 }
 
 // distrustLook stops relying on the look at the kernel's tables, saying
