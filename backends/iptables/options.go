@@ -17,8 +17,8 @@ type Options struct {
 	// RewritePeriod is the longest time between two syncs that rewrite every
 	// chain; 0 means an hour, kube-proxy's full-sync period. A full sync
 	// asked for sooner writes only what differs from what the backend wrote
-	// (see Backend.Sync). Failed syncs and missing jump rules always lead
-	// to a rewrite.
+	// (see Backend.Sync). A failed restore, and damage the periodic look at
+	// the tables finds (look.go), always lead to a rewrite.
 	RewritePeriod time.Duration
 }
 
