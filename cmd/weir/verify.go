@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"time"
 
 	"github.com/spf13/pflag"
 
@@ -21,7 +20,7 @@ import (
 var errDiverged = errors.New("the kernel's rules diverge from the plan")
 
 func verifyFlags(fs *pflag.FlagSet) {
-	fs.Duration("timeout", time.Minute, "give up after this long, loading the source and the plugins included")
+	loadFlags(fs)
 	fs.StringP("output", "o", "text", "output format: text or json")
 }
 
@@ -51,23 +50,19 @@ type verifyDivergence struct {
 // mode's rules back from the kernel and reports every difference. It never
 // writes to the kernel.
 func runVerify(env *environment) error {
-	timeout, _ := env.flags.GetDuration("timeout")
 	output, _ := env.flags.GetString("output")
 	if output != "text" && output != "json" {
 		return fmt.Errorf("%w: --output %q: use text or json", errUsage, output)
 	}
-	if timeout <= 0 {
-		return fmt.Errorf("%w: --timeout %v: want a positive duration", errUsage, timeout)
-	}
 	ctx, cancel := signalContext()
 	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, timeout)
-	defer cancelTimeout()
-	res, err := verify(ctx, env)
+	load, cancelLoad, err := loading(ctx, env)
 	if err != nil {
-		if ctx.Err() == context.DeadlineExceeded {
-			return fmt.Errorf("gave up after --timeout %v: %w", timeout, err)
-		}
+		return err
+	}
+	defer cancelLoad()
+	res, err := verify(ctx, load, env)
+	if err != nil {
 		return err
 	}
 	if err := writeVerify(env.stdout, output, res); err != nil {
@@ -80,8 +75,9 @@ func runVerify(env *environment) error {
 }
 
 // verify builds the backend (only to read the kernel through it), computes
-// the final plan and compares the two.
-func verify(ctx context.Context, env *environment) (*verifyResult, error) {
+// the final plan, loading the source and the plugins within load, and
+// compares the two.
+func verify(ctx, load context.Context, env *environment) (*verifyResult, error) {
 	be, err := newBackend(env)
 	if err != nil {
 		return nil, err
@@ -91,12 +87,14 @@ func verify(ctx context.Context, env *environment) (*verifyResult, error) {
 	if !ok {
 		return nil, fmt.Errorf("mode %s: this backend cannot read its rules back from the kernel, so there is nothing to verify against", env.cfg.Mode)
 	}
-	chain, err := newChain(ctx, env, hooks.Options{})
+	chain, err := newChain(load, env, hooks.Options{})
 	if err != nil {
 		return nil, err
 	}
 	defer closeChain(chain)
-	p, err := loadedProxy(ctx, env, nil, chain)
+	// Without a backend the proxy plans only; it cannot adopt the kernel's
+	// rules for a failing closed plugin, so those services show as kept.
+	p, err := loadedProxy(load, env, nil, chain)
 	if err != nil {
 		return nil, err
 	}

@@ -92,3 +92,32 @@ func lineWith(text, prefix string) string {
 	}
 	return ""
 }
+
+// TestKernelVerifyIPTables checks weir verify in mode iptables, with each
+// flavour: clean after sync --once, and naming the services whose rules a
+// flushed KUBE-SERVICES no longer reaches.
+func TestKernelVerifyIPTables(t *testing.T) {
+	netns.RequireRoot(t)
+	weir := buildWeir(t)
+	dir := copyDemo(t)
+	for _, flavour := range []string{"nft", "legacy"} {
+		t.Run(flavour, func(t *testing.T) {
+			topo := netns.NewT(t, netns.Options{Pods: demoPods})
+			args := []string{"--source-path", dir, "--node-name", demoNode, "--mode", "iptables", "--iptables-backend", flavour}
+			runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, args...)...)
+			if code, out := verifyOutput(t, topo.Node, weir, args...); code != 0 || !strings.Contains(out, "iptables: 2 services, 4 destinations: the kernel matches the plan") {
+				t.Fatalf("weir verify after sync --once: exit %d, want 0 and a clean report", code)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if b, err := topo.Node.Command(ctx, "iptables-"+flavour, "-t", "nat", "-F", "KUBE-SERVICES").CombinedOutput(); err != nil {
+				t.Fatalf("iptables-%s -t nat -F KUBE-SERVICES: %v\n%s", flavour, err, b)
+			}
+			code, out := verifyOutput(t, topo.Node, weir, args...)
+			want := "default/web:http/TCP (cluster IP 10.96.0.10:80/TCP): destination: want present (forward), got missing"
+			if code != exitFailed || !strings.Contains(out, want) {
+				t.Errorf("weir verify after KUBE-SERVICES was flushed: exit %d, want %d and the line\n%s", code, exitFailed, want)
+			}
+		})
+	}
+}
