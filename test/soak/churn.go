@@ -155,18 +155,23 @@ func (ch *churner) newService() *service {
 	ch.setPluginAnnotations(s)
 	for _, fam := range s.families() {
 		for range 1 + ch.rng.IntN(2) {
-			s.slices = append(s.slices, ch.newSlice(s, fam, 1+ch.rng.IntN(4)))
+			if sl := ch.newSlice(s, fam, 1+ch.rng.IntN(4)); len(sl.eps) > 0 {
+				s.slices = append(s.slices, sl)
+			}
 		}
 	}
 	return s
 }
 
-// newSlice makes a slice of n endpoints on distinct random pods, mostly
-// ready.
+// newSlice makes a slice of up to n endpoints, mostly ready, on random
+// pods that no other slice of s of the family lists: an endpoint in two
+// slices with different conditions means different things to different
+// proxies (kube-proxy keeps whichever slice it happens to read first).
 func (ch *churner) newSlice(s *service, fam, n int) *slice {
 	s.nextID++
 	sl := &slice{name: fmt.Sprintf("%s-%d", s.name, s.nextID), family: fam}
-	for _, pod := range ch.rng.Perm(ch.pods)[:min(n, ch.pods)] {
+	free := slices.DeleteFunc(ch.rng.Perm(ch.pods), func(p int) bool { return slices.Contains(s.pods(fam), p) })
+	for _, pod := range free[:min(n, len(free))] {
 		st := epReady
 		if ch.rng.IntN(5) == 0 {
 			st = epState(ch.rng.IntN(int(numStates)))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -237,4 +238,39 @@ func (s *service) families() []int {
 		return []int{4, 6}
 	}
 	return []int{4}
+}
+
+// describe is a one-line account of the service as the soak wrote it.
+func (s *service) describe(pods []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", s.key(), s.kind)
+	for _, p := range s.ports {
+		fmt.Fprintf(&b, " %s/%s:%d", p.name, p.proto, p.port)
+	}
+	if s.dual {
+		b.WriteString(" dual-stack")
+	}
+	if s.itpLocal {
+		b.WriteString(" itp=Local")
+	}
+	if s.etpLocal {
+		b.WriteString(" etp=Local")
+	}
+	if s.affinity > 0 {
+		fmt.Fprintf(&b, " affinity=%ds", s.affinity)
+	}
+	for k, v := range s.annotations {
+		fmt.Fprintf(&b, " %s=%s", k, v)
+	}
+	for _, sl := range s.slices {
+		fmt.Fprintf(&b, "; slice %s (IPv%d):", sl.name, sl.family)
+		for _, e := range sl.eps {
+			where := "other"
+			if e.local {
+				where = "local"
+			}
+			fmt.Fprintf(&b, " %s=%s/%s", pods[e.pod], e.state, where)
+		}
+	}
+	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,8 @@ type target struct {
 	dest      dest
 	allowed   map[string]bool // pod names
 	lastWrite time.Time
+	// model describes the service as the soak wrote it, for a report.
+	model string
 }
 
 // probeStats counts probe outcomes, split by whether a fault window was
@@ -42,6 +45,9 @@ type prober struct {
 	targets atomic.Pointer[[]target]
 	windows *windows
 	settle  time.Duration
+	// explain, when set, describes what Weir plans for a service, for the
+	// first failures a report lists.
+	explain func(ctx context.Context, service string) string
 
 	mu    sync.Mutex
 	stats probeStats
@@ -136,10 +142,45 @@ func (p *prober) probe(ctx context.Context, t target) {
 		}
 		st.byWindow[in]++
 	}
-	if in == "" && len(st.examples) < maxExamples {
-		st.examples = append(st.examples, fmt.Sprintf("%s %s via %s: %s",
-			begin.UTC().Format("15:04:05.000"), t.service, t.dest, problem))
+	if in != "" || len(st.examples) >= maxExamples {
+		return
 	}
+	example := fmt.Sprintf("%s %s via %s: %s", begin.UTC().Format("15:04:05.000"), t.service, t.dest, problem)
+	if len(st.examples) < maxExplained && p.explain != nil {
+		p.mu.Unlock()
+		again := p.again(ctx, t)
+		plan := p.explain(ctx, t.service)
+		p.mu.Lock()
+		example += fmt.Sprintf("\n      again at once: %s\n      the soak wrote: %s\n      weir plan says:\n%s", again, t.model, indent(plan, "        "))
+	}
+	st.examples = append(st.examples, example)
+}
+
+// maxExplained is how many failures the report explains in full.
+const maxExplained = 5
+
+// again repeats a probe three times and says how each went.
+func (p *prober) again(ctx context.Context, t target) string {
+	var out []string
+	for range 3 {
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		a, err := p.client.DialTCP(dctx, t.dest.addr)
+		cancel()
+		if err != nil {
+			out = append(out, "failed")
+		} else {
+			out = append(out, a.Pod)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+func indent(text, prefix string) string {
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = prefix + l
+	}
+	return strings.Join(lines, "\n")
 }
 
 func (p *prober) snapshot() probeStats {

@@ -125,6 +125,7 @@ type run struct {
 	lockFile  string
 	pluginDir string
 	heldSvc   *service
+	described map[*service]description
 	// lastWrite is the churn's last API write.
 	lastWrite time.Time
 	logMu     sync.Mutex
@@ -250,7 +251,8 @@ func (s *run) soak(ctx context.Context) error {
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
-	s.probes = &prober{client: s.c.topo.Client, windows: s.win, settle: 3*s.cfg.MinSyncPeriod + 2*time.Second}
+	s.probes = &prober{client: s.c.topo.Client, windows: s.win, settle: 3*s.cfg.MinSyncPeriod + 2*time.Second,
+		explain: s.planFor}
 	s.publish()
 	wg.Go(func() { s.probes.run(bg, 100*time.Millisecond) })
 	s.held = &holder{client: s.c.topo.Client, windows: s.win}
@@ -428,11 +430,58 @@ func (s *run) publish() {
 			for pod := range svc.allowed(d) {
 				names[s.c.pods[pod].Name] = true
 			}
-			ts = append(ts, target{service: svc.key(), dest: d, allowed: names, lastWrite: svc.lastWrite})
+			ts = append(ts, target{service: svc.key(), dest: d, allowed: names, lastWrite: svc.lastWrite,
+				model: s.describeCached(svc)})
 		}
 	}
 	s.faultRNG.Shuffle(len(ts), func(i, j int) { ts[i], ts[j] = ts[j], ts[i] })
 	s.probes.targets.Store(&ts)
+}
+
+// describeCached is svc.describe, computed again only after a write.
+func (s *run) describeCached(svc *service) string {
+	if d, ok := s.described[svc]; ok && d.at.Equal(svc.lastWrite) {
+		return d.text
+	}
+	if s.described == nil || len(s.described) > 4*len(s.churn.svcs) {
+		s.described = map[*service]description{} // drop the deleted ones
+	}
+	names := make([]string, len(s.c.pods))
+	for i, p := range s.c.pods {
+		names[i] = p.Name
+	}
+	d := description{at: svc.lastWrite, text: svc.describe(names)}
+	s.described[svc] = d
+	return d.text
+}
+
+type description struct {
+	at   time.Time
+	text string
+}
+
+// planFor runs weir plan in the node and returns the blocks of service
+// (namespace/name), for a report.
+func (s *run) planFor(ctx context.Context, service string) string {
+	out, err := s.nodeOutput(ctx, s.cfg.Weir, "plan", "--config", s.verify.config, "--hooks-cache-dir",
+		s.verify.cacheDir, "--log-level", "error")
+	if err != nil {
+		return err.Error()
+	}
+	var keep []string
+	in := false
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "service ") {
+			in = strings.HasPrefix(line, "service "+service+":")
+		}
+		if in {
+			keep = append(keep, line)
+		}
+	}
+	if len(keep) == 0 {
+		return "(no such service in the plan)"
+	}
+	return strings.Join(keep, "\n")
 }
 
 // flavour is the iptables flavour Weir uses: the configured one, or what
