@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"slices"
 
 	"github.com/spf13/pflag"
@@ -32,8 +33,12 @@ type verifyResult struct {
 	// Kept are the services a closed-policy plugin failed for: the kernel
 	// keeps their last rules, which no fresh plan can know, so their
 	// destinations are not compared.
-	Kept        []string           `json:"kept,omitempty"`
-	Divergences []verifyDivergence `json:"divergences"`
+	Kept []string `json:"kept,omitempty"`
+	// KeptDestinations are destinations the kernel serves for no planned
+	// service, on a kept service's address or at a node port: possibly a
+	// kept service's rules from before its last change. Not compared.
+	KeptDestinations []string           `json:"keptDestinations,omitempty"`
+	Divergences      []verifyDivergence `json:"divergences"`
 }
 
 // verifyDivergence is one backends.Divergence in JSON.
@@ -107,20 +112,53 @@ func verify(ctx, load context.Context, env *environment) (*verifyResult, error) 
 	if err != nil {
 		return nil, fmt.Errorf("read the %s rules back: %w", env.cfg.Mode, err)
 	}
-	keptDests, _ := reader.Expected(kept)
-	divs := slices.DeleteFunc(backends.Compare(want, owners, got), func(d backends.Divergence) bool {
-		_, skip := keptDests.Destinations[d.Destination]
-		return skip && d.Field != "anomaly"
-	})
+	keptView, _ := reader.Expected(kept)
+	divs, skipped := leaveKeptOut(backends.Compare(want, owners, got), kept, keptView)
 	res := &verifyResult{Mode: env.cfg.Mode, Services: len(final.Services), Destinations: len(want.Destinations),
 		Divergences: make([]verifyDivergence, 0, len(divs))}
 	for _, k := range kept.Keys() {
 		res.Kept = append(res.Kept, k.String())
 	}
+	for _, d := range skipped {
+		res.KeptDestinations = append(res.KeptDestinations, d.Destination.String())
+	}
 	for _, d := range divs {
 		res.Divergences = append(res.Divergences, jsonDivergence(d))
 	}
 	return res, nil
+}
+
+// leaveKeptOut splits the divergences into those that count and those of
+// the kept services: divergences at their planned destinations, and
+// destinations the kernel serves for no planned service on one of their
+// addresses or at a node port, which may be their rules from before the
+// change the closed plugin failed on (the kernel keeps those, and no fresh
+// plan knows them).
+func leaveKeptOut(divs []backends.Divergence, kept *plan.Plan, keptView *backends.View) (count, skipped []backends.Divergence) {
+	if len(kept.Services) == 0 {
+		return divs, nil
+	}
+	addrs := map[netip.Addr]bool{}
+	for _, s := range kept.Services {
+		for _, a := range slices.Concat(s.ClusterIPs, s.ExternalIPs, s.LoadBalancerIPs) {
+			addrs[a] = true
+		}
+	}
+	for _, d := range divs {
+		_, planned := keptView.Destinations[d.Destination]
+		earlier := d.Field == "destination" && d.Service == (plan.Key{}) &&
+			(addrs[d.Destination.Addr] || d.Destination.Kind == backends.DestNodePort)
+		switch {
+		case d.Field == "anomaly":
+			count = append(count, d)
+		case planned:
+		case earlier:
+			skipped = append(skipped, d)
+		default:
+			count = append(count, d)
+		}
+	}
+	return count, skipped
 }
 
 // keptServices splits the planner's services into the final plan and the
@@ -160,6 +198,11 @@ func writeVerify(w io.Writer, format string, res *verifyResult) error {
 	}
 	for _, k := range res.Kept {
 		if _, err := fmt.Fprintf(w, "not compared: %s (a closed-policy plugin failed for it; the kernel keeps its last rules)\n", k); err != nil {
+			return err
+		}
+	}
+	for _, d := range res.KeptDestinations {
+		if _, err := fmt.Fprintf(w, "not compared: %s, served for no planned service (possibly a kept service's rules from before its last change)\n", d); err != nil {
 			return err
 		}
 	}
