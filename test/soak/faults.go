@@ -222,8 +222,21 @@ func deleteMapOrChain(ctx context.Context, s *run) (injected, error) {
 }
 
 // deleteIPTablesChain removes one of Weir's service chains from the nat
-// table with every rule that jumps to it, in one iptables-restore.
+// table with every rule that jumps to it, in one iptables-restore. Weir
+// may rewrite the chains between the save and the restore; then the
+// restore fails and the soak tries again.
 func deleteIPTablesChain(ctx context.Context, s *run) (injected, error) {
+	var err error
+	for range 5 {
+		var in injected
+		if in, err = deleteChainOnce(ctx, s); err == nil {
+			return in, nil
+		}
+	}
+	return injected{}, err
+}
+
+func deleteChainOnce(ctx context.Context, s *run) (injected, error) {
 	fl := s.flavour()
 	save, err := s.nodeOutput(ctx, "iptables-"+fl+"-save", "-t", "nat")
 	if err != nil {

@@ -490,6 +490,9 @@ func (s *run) flavour() string {
 	if f := s.cfg.flavour(); f != "auto" {
 		return f
 	}
+	if s.d == nil {
+		return "nft"
+	}
 	if p := s.d.current(); p != nil {
 		if f := p.loggedFlavour(); f != "" {
 			return f
