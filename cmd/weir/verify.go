@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
-	"slices"
 
 	"github.com/spf13/pflag"
 
@@ -35,8 +33,8 @@ type verifyResult struct {
 	// destinations are not compared.
 	Kept []string `json:"kept,omitempty"`
 	// KeptDestinations are destinations the kernel serves for no planned
-	// service, on a kept service's address or at a node port: possibly a
-	// kept service's rules from before its last change. Not compared.
+	// service while there are kept services: possibly a kept service's
+	// rules from before its last change. Not compared.
 	KeptDestinations []string           `json:"keptDestinations,omitempty"`
 	Divergences      []verifyDivergence `json:"divergences"`
 }
@@ -129,30 +127,22 @@ func verify(ctx, load context.Context, env *environment) (*verifyResult, error) 
 }
 
 // leaveKeptOut splits the divergences into those that count and those of
-// the kept services: divergences at their planned destinations, and
-// destinations the kernel serves for no planned service on one of their
-// addresses or at a node port, which may be their rules from before the
-// change the closed plugin failed on (the kernel keeps those, and no fresh
-// plan knows them).
+// the kept services: divergences at their planned destinations, and, while
+// there are kept services, destinations the kernel serves for no planned
+// service. The kernel keeps a kept service's rules from before the change
+// the closed plugin failed on (an old port, node port or load-balancer
+// IP), which no fresh plan knows, so those cannot be told apart.
 func leaveKeptOut(divs []backends.Divergence, kept *plan.Plan, keptView *backends.View) (count, skipped []backends.Divergence) {
 	if len(kept.Services) == 0 {
 		return divs, nil
 	}
-	addrs := map[netip.Addr]bool{}
-	for _, s := range kept.Services {
-		for _, a := range slices.Concat(s.ClusterIPs, s.ExternalIPs, s.LoadBalancerIPs) {
-			addrs[a] = true
-		}
-	}
 	for _, d := range divs {
 		_, planned := keptView.Destinations[d.Destination]
-		earlier := d.Field == "destination" && d.Service == (plan.Key{}) &&
-			(addrs[d.Destination.Addr] || d.Destination.Kind == backends.DestNodePort)
 		switch {
 		case d.Field == "anomaly":
 			count = append(count, d)
 		case planned:
-		case earlier:
+		case d.Field == "destination" && d.Service == (plan.Key{}):
 			skipped = append(skipped, d)
 		default:
 			count = append(count, d)
