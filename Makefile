@@ -33,12 +33,13 @@ $(BIN)/plugins/local-boost.wasm: plugins/local-boost/src/lib.rs
 
 FORCE:
 
-## test: lint, then every test of both modules (kernel tests need root; under CI=true they never skip), then test-vm and e2e
+## test: lint, then every test of both modules (kernel tests need root; under CI=true they never skip), then test-vm, e2e and a two-minute soak
 test: lint plugins vm-tools
 	$(GO) test -count=1 -race $(PKGS)
 	cd sdk && $(GO) test -count=1 -race ./...
 	$(MAKE) test-vm
 	$(MAKE) e2e
+	$(MAKE) soak $(SOAK_SHORT)
 
 # The modules the nftables backend's kernel tests load in the VM.
 NFT_MODULES := nf_tables,nf_conntrack,nf_nat,nft_chain_nat,nft_ct,nft_fib_inet,nft_fib_ipv4,nft_fib_ipv6,nft_numgen,nft_reject_inet,nft_masq,veth
@@ -129,3 +130,22 @@ e2e:
 	$(GO) vet -tags e2e ./test/e2e/...
 	dir=$$(GO=$(GO) hack/controlplane/build.sh) && \
 	  WEIRTEST_CONTROLPLANE_BIN=$$dir CI=true $(GO) test -count=1 -tags e2e -timeout 30m -v ./test/e2e/...
+
+.PHONY: soak
+
+# The soak's knobs: how long each mode runs, the modes, the seed (empty: a
+# new one, printed), the services at the start; SOAK_FLAGS passes more
+# flags to hack/soak (go run ./hack/soak --help).
+SOAK_DURATION ?= 10m
+SOAK_MODE     ?= nftables,iptables
+SOAK_SEED     ?=
+SOAK_SERVICES ?= 1000
+SOAK_FLAGS    ?=
+# The soak make test runs: two minutes per mode, 100 services, shorter rounds and lock hold.
+SOAK_SHORT    := SOAK_DURATION=2m SOAK_SERVICES=100 SOAK_MODE=nftables,iptables-legacy SOAK_FLAGS="--round 10s --lock-hold 15s"
+
+## soak: as root, the soak (hack/soak, test/soak): seeded churn and faults against the real control plane, weir verify at every quiescent point, probes and held connections; SOAK_DURATION, SOAK_MODE, SOAK_SEED, SOAK_SERVICES; reports in bin/soak
+soak: build plugins
+	dir=$$(GO=$(GO) hack/controlplane/build.sh) && \
+	  WEIRTEST_CONTROLPLANE_BIN=$$dir $(GO) run ./hack/soak --weir $(BIN)/weir --plugins $(BIN)/plugins --reports $(BIN)/soak \
+	    --mode $(SOAK_MODE) --duration $(SOAK_DURATION) --seed '$(SOAK_SEED)' --services $(SOAK_SERVICES) $(SOAK_FLAGS)
