@@ -2,7 +2,9 @@ package iptables
 
 import (
 	"context"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,4 +129,40 @@ func TestKernelReadBackOfNothing(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestKernelReadBackNodePortOptions reads back node ports under each way
+// of choosing where they are served: everywhere but loopback, on
+// 127.0.0.1 too, in IPv4 node-port CIDRs only (no IPv6 node ports), and
+// on the Node's own addresses.
+func TestKernelReadBackNodePortOptions(t *testing.T) {
+	for name, common := range map[string]backends.Common{
+		"default":   {},
+		"localhost": {LocalhostNodePorts: true},
+		"cidrs":     {NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("172.30.0.0/24")}},
+		"primary":   {NodePortPrimary: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			eachFlavour(t, func(t *testing.T, fl string) {
+				topo := ktTopology(t)
+				common.NetNS = topo.Node.Fd()
+				b, err := New(Options{Common: common, Flavour: fl})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := readBackPlan()
+				p.Node.Addresses = []netip.Addr{topo.NodeIP, topo.NodeIP6}
+				ktSync(t, b, p, nil)
+				for _, d := range ktDivergences(t, b, p) {
+					t.Errorf("after the sync: %s", d)
+				}
+				if _, owners := b.Expected(p); name == "cidrs" && slices.ContainsFunc(slices.Collect(maps.Keys(owners)), func(d backends.Destination) bool {
+					return d.Kind == backends.DestNodePort && d.Addr.Is6()
+				}) {
+					t.Error("Expected has IPv6 node ports though nodePortAddresses has only IPv4 ranges")
+				}
+			})
+		})
+	}
 }

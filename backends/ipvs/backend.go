@@ -20,6 +20,9 @@
 // applied, so Sync follows it at once with a full sync, which converges
 // from whatever the kernel holds.
 //
+// ReadBack (readback.go) reads the whole layer back from the kernel alone
+// for weir verify and the soak checker: never on the sync path.
+//
 // A TCP real server that is no longer wanted is first set to weight 0 and
 // deleted once the kernel counts no connections for it, or after
 // Options.GracePeriod; a background loop checks every second while any

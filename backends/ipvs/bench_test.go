@@ -34,8 +34,9 @@ func benchLoaded(b, owner *testing.B, p *plan.Plan) *Backend {
 // servers; the namespace has no address for node ports): "initial" is the
 // first full sync into an empty namespace, "full" a full sync over the
 // loaded state (it reads every virtual and real server back and finds
-// nothing to change), "change" the replacement of one endpoint of one
-// service (a partial sync: one real server added, one drained).
+// nothing to change), "readback" a ReadBack of it, "change" the
+// replacement of one endpoint of one service (a partial sync: one real
+// server added, one drained).
 func BenchmarkSync10k(b *testing.B) {
 	ctx := context.Background()
 	b.Run("initial", func(b *testing.B) {
@@ -79,6 +80,22 @@ func BenchmarkSync10k(b *testing.B) {
 		for range b.N {
 			if err := be.Sync(ctx, p, nil); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	// "readback" reads the loaded state back as weir verify and the soak
+	// checker do (every virtual and real server, the interface, the
+	// ipsets, iptables-save of three tables per family).
+	b.Run("readback", func(b *testing.B) {
+		be := loaded(b)
+		b.ResetTimer()
+		for range b.N {
+			v, err := be.ReadBack(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(v.Destinations) != len(p.Services) || len(v.Anomalies) > 0 {
+				b.Fatalf("read back %d destinations of %d, anomalies %q", len(v.Destinations), len(p.Services), v.Anomalies)
 			}
 		}
 	})

@@ -18,8 +18,8 @@ const (
 
 // ruleTools are the binaries of one flavour for one family.
 type ruleTools struct {
-	family            int
-	iptables, restore string
+	family                  int
+	iptables, restore, save string
 }
 
 // chooseFlavour resolves Options.Flavour as backends/iptables does: as
@@ -41,8 +41,8 @@ func flavourTools(fl string) ([]ruleTools, error) {
 		return nil, fmt.Errorf("ipvs: %w", err)
 	}
 	return []ruleTools{
-		{family: 4, iptables: x.V4.Iptables, restore: x.V4.Restore},
-		{family: 6, iptables: x.V6.Iptables, restore: x.V6.Restore},
+		{family: 4, iptables: x.V4.Iptables, restore: x.V4.Restore, save: x.V4.Save},
+		{family: 6, iptables: x.V6.Iptables, restore: x.V6.Restore, save: x.V6.Save},
 	}, nil
 }
 

@@ -104,7 +104,7 @@ func TestRenderNAT(t *testing.T) {
 	for _, want := range []string{":WEIR-IPVS-POSTROUTING - [0:0]\n",
 		"-A WEIR-IPVS-SERVICES -m set --match-set WEIR-IPVS-CLUSTER-IP-6 dst,dst -g WEIR-IPVS-CLUSTER-IP\n",
 		"-A WEIR-IPVS-SERVICES -m set --match-set WEIR-IPVS-EXTERNAL-LOCAL-6 dst,dst -j RETURN\n",
-		"-A WEIR-IPVS-POSTROUTING -m set --match-set WEIR-IPVS-HAIRPIN-6 dst,dst,src -j MARK --or-mark 0x4000\n",
+		"-A WEIR-IPVS-POSTROUTING -m set --match-set WEIR-IPVS-HAIRPIN-6 dst,dst,src -j MARK --set-xmark 0x4000/0x4000\n",
 		"-A WEIR-IPVS-POSTROUTING -j MASQUERADE --random-fully\nCOMMIT\n"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("IPv6 nat text lacks %q:\n%s", want, text)

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -44,6 +46,21 @@ func newRepairFixture(t *testing.T, fl string) *repairFixture {
 	return f
 }
 
+// divergences reads the kernel back and compares it with the plan.
+func (f *repairFixture) divergences(t *testing.T) string {
+	t.Helper()
+	got, err := f.b.ReadBack(context.Background())
+	if err != nil {
+		t.Fatalf("read back: %v", err)
+	}
+	want, owners := f.b.Expected(f.p)
+	var lines []string
+	for _, d := range backends.Compare(want, owners, got) {
+		lines = append(lines, d.String())
+	}
+	return strings.Join(lines, "\n")
+}
+
 // addPodC changes web in the plan: pod-c joins.
 func (f *repairFixture) addPodC() {
 	web := f.web.Clone()
@@ -52,8 +69,19 @@ func (f *repairFixture) addPodC() {
 }
 
 // check dials web's cluster IP and node port from the client: pods answer,
-// and the cluster IP is masqueraded (the client is no pod).
+// and the cluster IP is masqueraded (the client is no pod); then the
+// kernel read back matches the plan.
 func (f *repairFixture) check(t *testing.T, what string, pods ...string) {
+	t.Helper()
+	f.checkWeb(t, what, pods...)
+	if d := f.divergences(t); d != "" {
+		t.Errorf("%s: the kernel read back diverges from the plan:\n%s", what, d)
+	}
+}
+
+// checkWeb is check without the read-back: after a partial sync, damage
+// to other services stays until the next full sync.
+func (f *repairFixture) checkWeb(t *testing.T, what string, pods ...string) {
 	t.Helper()
 	answers := netns.DialMany(t, f.topo.Client, netip.AddrPortFrom(vip, 80), 6*len(pods))
 	netns.WantPods(t, what+": cluster IP", answers, pods...)
@@ -117,6 +145,8 @@ func must(t *testing.T, what string, err error) {
 type damage struct {
 	name string
 	do   func(t *testing.T, f *repairFixture)
+	// diverges is a line Compare(Expected, ReadBack) must show after it.
+	diverges string
 	// partialRepairs says that a partial sync of web repairs all of it;
 	// otherwise the partial sync only must not fail, and the next full
 	// sync repairs.
@@ -126,55 +156,67 @@ type damage struct {
 var webVS = vsKey{addr: vip, proto: plan.TCP, port: 80}
 
 var damages = []damage{
-	{name: "all-virtual-servers", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+	{name: "all-virtual-servers", partialRepairs: true, diverges: webCluster + ": destination: want present (forward), got missing", do: func(t *testing.T, f *repairFixture) {
 		must(t, "ipvsadm -C", f.ipvsBehindTheBack(t).Flush())
 	}},
-	{name: "one-virtual-server", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+	{name: "one-virtual-server", partialRepairs: true, diverges: webCluster + ": destination: want present (forward), got missing", do: func(t *testing.T, f *repairFixture) {
 		must(t, "delete "+webVS.String(), f.ipvsBehindTheBack(t).DelService(toService(webVS, nil)))
 	}},
-	{name: "one-real-server", do: func(t *testing.T, f *repairFixture) {
+	{name: "one-real-server", diverges: webCluster + ": endpoints: want 10.244.0.11:8080*1 10.244.0.12:8080*1, got 10.244.0.12:8080*1", do: func(t *testing.T, f *repairFixture) {
 		must(t, "delete pod-a", f.ipvsBehindTheBack(t).DelDestination(toService(webVS, nil), toDestination(netip.AddrPortFrom(podA, podPort), 1)))
 	}},
-	{name: "dummy-interface", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+	{name: "dummy-interface", partialRepairs: true, diverges: "anomaly: interface weir-ipvs0 is missing", do: func(t *testing.T, f *repairFixture) {
 		h := f.netlinkBehindTheBack(t)
 		l, err := h.LinkByName(DefaultInterface)
 		must(t, "find "+DefaultInterface, err)
 		must(t, "delete "+DefaultInterface, h.LinkDel(l))
 	}},
-	{name: "one-address", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+	{name: "one-address", partialRepairs: true, diverges: webCluster + ": destination: want present (forward), got missing", do: func(t *testing.T, f *repairFixture) {
 		h := f.netlinkBehindTheBack(t)
 		l, err := h.LinkByName(DefaultInterface)
 		must(t, "find "+DefaultInterface, err)
 		must(t, "delete "+vip.String(), h.AddrDel(l, hostAddr(vip)))
 	}},
-	{name: "ipset-flushed", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+	{name: "ipset-flushed", partialRepairs: true, diverges: "anomaly: virtual servers on weir-ipvs0 in neither WEIR-IPVS-CLUSTER-IP nor WEIR-IPVS-EXTERNAL", do: func(t *testing.T, f *repairFixture) {
 		must(t, "flush "+setClusterIP, f.netlinkBehindTheBack(t).IpsetFlush(setClusterIP))
 	}},
-	{name: "ipset-destroyed", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+	{name: "ipset-destroyed", partialRepairs: true, diverges: "anomaly: ipsets missing: WEIR-IPVS-CLUSTER-IP", do: func(t *testing.T, f *repairFixture) {
 		f.iptables(t, 4, "-t", "nat", "-F", chainServices) // the only rules using it
 		must(t, "destroy "+setClusterIP, f.netlinkBehindTheBack(t).IpsetDestroy(setClusterIP))
 	}},
-	{name: "ipset-recreated-with-another-type", partialRepairs: true, do: func(t *testing.T, f *repairFixture) {
+	{name: "ipset-recreated-with-another-type", partialRepairs: true, diverges: "anomaly: ipsets that are not what Weir creates: WEIR-IPVS-CLUSTER-IP: type hash:ip, want hash:ip,port", do: func(t *testing.T, f *repairFixture) {
 		f.iptables(t, 4, "-t", "nat", "-F", chainServices)
 		h := f.netlinkBehindTheBack(t)
 		must(t, "destroy "+setClusterIP, h.IpsetDestroy(setClusterIP))
 		must(t, "create "+setClusterIP, h.IpsetCreate(setClusterIP, "hash:ip", netlink.IpsetCreateOptions{}))
 	}},
-	{name: "iptables-chain", do: func(t *testing.T, f *repairFixture) {
+	{name: "iptables-chain", diverges: "anomaly: IPv4 nat chain WEIR-IPVS-SERVICES is missing", do: func(t *testing.T, f *repairFixture) {
 		for _, from := range []string{"PREROUTING", "OUTPUT"} {
 			f.iptables(t, 4, "-t", "nat", "-D", from, "-m", "comment", "--comment", "weir IPVS service masquerading", "-j", chainServices)
 		}
 		f.iptables(t, 4, "-t", "nat", "-F", chainServices)
 		f.iptables(t, 4, "-t", "nat", "-X", chainServices)
 	}},
-	{name: "iptables-jump", do: func(t *testing.T, f *repairFixture) {
+	{name: "iptables-jump", diverges: "anomaly: IPv4 nat chain POSTROUTING does not jump to WEIR-IPVS-POSTROUTING", do: func(t *testing.T, f *repairFixture) {
 		f.iptables(t, 4, "-t", "nat", "-D", "POSTROUTING", "-m", "comment", "--comment", "weir IPVS masquerading", "-j", chainPostrouting)
 	}},
-	{name: "real-server-not-nat", do: func(t *testing.T, f *repairFixture) {
+	{name: "real-server-not-nat", diverges: webCluster + ": endpoints: want 10.244.0.11:8080*1 10.244.0.12:8080*1, got 10.244.0.12:8080*1", do: func(t *testing.T, f *repairFixture) {
 		d := toDestination(netip.AddrPortFrom(podA, podPort), 1)
 		d.ConnectionFlags = ipvs.ConnectionFlagDirectRoute
 		must(t, "switch pod-a to direct routing", f.ipvsBehindTheBack(t).UpdateDestination(toService(webVS, nil), d))
 	}},
+}
+
+// webCluster names web's cluster IP destination in a divergence.
+const webCluster = "default/web:p/TCP (cluster IP 10.96.0.10:80/TCP)"
+
+// damaged applies d and checks that the read-back names it.
+func (f *repairFixture) damaged(t *testing.T, d damage) {
+	t.Helper()
+	d.do(t, f)
+	if got := f.divergences(t); !strings.Contains(got, d.diverges) {
+		t.Errorf("after the damage the read-back shows\n%s\nwant a line with %q", got, d.diverges)
+	}
 }
 
 // TestKernelRepairAfterFullSync removes each object and runs a full sync
@@ -183,7 +225,7 @@ func TestKernelRepairAfterFullSync(t *testing.T) {
 	for _, d := range damages {
 		t.Run(d.name, func(t *testing.T) {
 			f := newRepairFixture(t, FlavourNFT)
-			d.do(t, f)
+			f.damaged(t, d)
 			f.addPodC()
 			if err := f.b.Sync(context.Background(), f.p, nil); err != nil {
 				t.Fatalf("full sync after the damage: %v", err)
@@ -200,13 +242,13 @@ func TestKernelRepairAfterPartialSync(t *testing.T) {
 	for _, d := range damages {
 		t.Run(d.name, func(t *testing.T) {
 			f := newRepairFixture(t, FlavourNFT)
-			d.do(t, f)
+			f.damaged(t, d)
 			f.addPodC()
 			if err := f.b.Sync(context.Background(), f.p, []plan.Key{f.web.Key}); err != nil {
 				t.Fatalf("partial sync after the damage: %v", err)
 			}
 			if d.partialRepairs {
-				f.check(t, "after a partial sync", "pod-a", "pod-b", "pod-c")
+				f.checkWeb(t, "after a partial sync", "pod-a", "pod-b", "pod-c")
 			}
 			mustSync(t, f.b, f.p, nil)
 			f.check(t, "after the next full sync", "pod-a", "pod-b", "pod-c")
@@ -223,7 +265,7 @@ func TestKernelRepairIPTablesLegacy(t *testing.T) {
 		}
 		t.Run(d.name, func(t *testing.T) {
 			f := newRepairFixture(t, FlavourLegacy)
-			d.do(t, f)
+			f.damaged(t, d)
 			f.addPodC()
 			mustSync(t, f.b, f.p, nil)
 			f.check(t, "after a full sync", "pod-a", "pod-b", "pod-c")

@@ -37,8 +37,13 @@ const (
 )
 
 // The masquerade mark, kube-proxy's bit, as the other backends use it.
+// The rules set and clear it in the form iptables-save prints
+// (--set-xmark value/mask: --or-mark 0x4000 is 0x4000/0x4000, --xor-mark
+// 0x4000 is 0x4000/0x0), so that the read-back compares them as text.
 const (
-	masqMark = "0x4000"
+	masqMark    = "0x4000"
+	setMasqMark = "--set-xmark 0x4000/0x4000"
+	flipMasq    = "--set-xmark 0x4000/0x0"
 )
 
 // layerChains lists the layer's chains per table, in declaration order.
@@ -102,11 +107,11 @@ func renderRules(f int, o *backends.Common, node plan.Node, marks []markRule) []
 	for _, r := range clusterIPRules(f, o, node) {
 		rule(chainClusterIP, r)
 	}
-	rule(chainMarkMasq, "-j MARK --or-mark", masqMark)
-	rule(chainPostrouting, match(setHairpin, "dst,dst,src"), "-j MARK --or-mark", masqMark)
+	rule(chainMarkMasq, "-j MARK", setMasqMark)
+	rule(chainPostrouting, match(setHairpin, "dst,dst,src"), "-j MARK", setMasqMark)
 	rule(chainPostrouting, "-m mark --mark", markMatch, "-m addrtype --src-type LOCAL -j MASQUERADE --random-fully")
 	rule(chainPostrouting, "-m mark ! --mark "+masqMark+"/"+masqMark, "-j RETURN")
-	rule(chainPostrouting, "-j MARK --xor-mark", masqMark)
+	rule(chainPostrouting, "-j MARK", flipMasq)
 	rule(chainPostrouting, "-j MASQUERADE --random-fully")
 	b.WriteString("COMMIT\n")
 	declare(layerChains[1].table, layerChains[1].chains)
