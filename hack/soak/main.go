@@ -32,7 +32,8 @@ func run() int {
 		seed    string
 		reports string
 	)
-	flag.StringVar(&modes, "mode", "nftables", "comma-separated modes: nftables, iptables (iptables.backend auto), iptables-nft, iptables-legacy")
+	flag.StringVar(&modes, "mode", "nftables", "comma-separated modes: nftables, iptables (iptables.backend auto), iptables-nft, iptables-legacy, ipvs")
+	flag.StringVar(&cfg.Source, "source", "kubernetes", "Weir's source: kubernetes (the real control plane) or files (a folder of manifests)")
 	flag.DurationVar(&cfg.Duration, "duration", 10*time.Minute, "how long each mode churns")
 	flag.StringVar(&seed, "seed", "", "seed of every random choice (empty: a new one, printed)")
 	flag.IntVar(&cfg.Services, "services", 1000, "churned services at the start")
@@ -44,6 +45,7 @@ func run() int {
 	flag.DurationVar(&cfg.LockHold, "lock-hold", time.Minute, "how long the xtables lock is held")
 	flag.StringVar(&cfg.Weir, "weir", "bin/weir", "the weir binary")
 	flag.StringVar(&cfg.Plugins, "plugins", "bin/plugins", "the folder of the built example plugins")
+	flag.StringVar(&cfg.Guests, "guests", "", "folder of the prebuilt test guests benign.wasm and hostile.wasm (empty: build them)")
 	flag.StringVar(&reports, "reports", "bin/soak", "folder for the reports and, when a run fails, its logs")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep each run's folder (logs) even when it passed")
 	flag.Parse()
@@ -67,7 +69,10 @@ func run() int {
 		return 2
 	}
 	cfg.Repo = repo
-	for _, p := range []*string{&cfg.Weir, &cfg.Plugins, &reports} {
+	for _, p := range []*string{&cfg.Weir, &cfg.Plugins, &reports, &cfg.Guests} {
+		if *p == "" {
+			continue
+		}
 		if *p, err = filepath.Abs(*p); err != nil {
 			fmt.Fprintln(os.Stderr, "soak:", err)
 			return 2

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The annotations the soak's plugins act on.
@@ -24,7 +22,7 @@ const (
 // keeping its model of them.
 type churner struct {
 	rng  *rand.Rand
-	w    *writer
+	w    store
 	pods int
 	min  int // services kept at least
 	max  int // services at most
@@ -90,14 +88,7 @@ func (ch *churner) step(ctx context.Context) {
 func (ch *churner) retryPurge(ctx context.Context) {
 	var left []*service
 	for _, s := range ch.purge {
-		err := ch.w.client.CoreV1().Services(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{})
-		if err == nil || apierrors.IsNotFound(err) {
-			sel := "kubernetes.io/service-name=" + s.name
-			err = ch.w.client.DiscoveryV1().EndpointSlices(s.ns).DeleteCollection(ctx, metav1.DeleteOptions{},
-				metav1.ListOptions{LabelSelector: sel})
-		}
-		ch.w.writes++
-		if err != nil {
+		if err := ch.w.purge(ctx, s); err != nil {
 			left = append(left, s)
 		}
 	}

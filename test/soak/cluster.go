@@ -47,9 +47,13 @@ type cluster struct {
 
 // startCluster starts the control plane, applies Weir's RBAC, creates the
 // Nodes, namespaces and pod namespaces, and forwards the API server into
-// the node. Everything is undone by t's cleanups.
+// the node; with the files source, only the pod namespaces. Everything is
+// undone by t's cleanups.
 func startCluster(ctx context.Context, t *harnessT, cfg *Config) (*cluster, error) {
 	c := &cluster{}
+	if cfg.Source == "files" {
+		return c, c.startTopology(t, cfg.Pods)
+	}
 	var err error
 	if err = catch(func() { c.cp = controlplane.Start(t) }); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"slices"
@@ -78,22 +79,34 @@ type fault struct {
 
 func always(*run) bool { return true }
 
+func kubernetesSource(s *run) bool { return s.cfg.Source == "kubernetes" }
+
+func filesSource(s *run) bool { return s.cfg.Source == "files" }
+
 func nftablesMode(s *run) bool { return s.cfg.backendMode() == "nftables" }
 
 func iptablesMode(s *run) bool { return s.cfg.backendMode() == "iptables" }
 
+// usesIPTables: mode iptables, and mode ipvs for its masquerade rules.
+func usesIPTables(s *run) bool { return iptablesMode(s) || ipvsMode(s) }
+
 // legacyFlavour: only iptables-legacy takes the xtables lock.
-func legacyFlavour(s *run) bool { return iptablesMode(s) && s.flavour() == "legacy" }
+func legacyFlavour(s *run) bool { return usesIPTables(s) && s.flavour() == "legacy" }
 
 var faults = []fault{
 	{"none", always, func(context.Context, *run) (injected, error) { return injected{at: time.Now()}, nil }},
 	{"SIGKILL during a full sync", always, killDuringFullSync},
 	{"SIGTERM and restart", always, termAndRestart},
-	{"kube-apiserver restart", always, restartAPIServer},
+	{"kube-apiserver restart", kubernetesSource, restartAPIServer},
+	{"source folder removed", filesSource, removeFolder},
 	{"nft flush ruleset", always, nftCommand("flush ruleset")},
 	{"nftables table deleted", nftablesMode, deleteTable},
 	{"nftables map or chain deleted", nftablesMode, deleteMapOrChain},
-	{"iptables chain deleted", iptablesMode, deleteIPTablesChain},
+	{"iptables chain deleted", usesIPTables, deleteIPTablesChain},
+	{"IPVS virtual servers flushed", ipvsMode, flushIPVS},
+	{"IPVS virtual server deleted", ipvsMode, deleteVirtualServer},
+	{"IPVS interface deleted", ipvsMode, deleteIPVSInterface},
+	{"IPVS ipset flushed", ipvsMode, flushIPVSSet},
 	{"xtables lock held", legacyFlavour, holdXtablesLock},
 	{"conflicting objects", always, createConflict},
 	{"plugin replaced: open, traps", always, replacePlugin("victim-open-trap")},
@@ -244,13 +257,17 @@ func deleteChainOnce(ctx context.Context, s *run) (injected, error) {
 	}
 	chains, rules := parseSave(save)
 	var victims []string
+	prefixes := []string{"KUBE-SVC-", "KUBE-SEP-", "KUBE-EXT-"}
+	if ipvsMode(s) {
+		prefixes = []string{"WEIR-IPVS-"}
+	}
 	for _, c := range chains {
-		if strings.HasPrefix(c, "KUBE-SVC-") || strings.HasPrefix(c, "KUBE-SEP-") || strings.HasPrefix(c, "KUBE-EXT-") {
+		if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(c, p) }) {
 			victims = append(victims, c)
 		}
 	}
 	if len(victims) == 0 {
-		return injected{}, errors.New("no KUBE-SVC, KUBE-SEP or KUBE-EXT chain in the nat table")
+		return injected{}, fmt.Errorf("no chain named %s* in the nat table", strings.Join(prefixes, "*, "))
 	}
 	victim := victims[s.faultRNG.IntN(len(victims))]
 	var script strings.Builder
@@ -321,11 +338,34 @@ func holdXtablesLock(ctx context.Context, s *run) (injected, error) {
 		time.Since(begin).Round(time.Millisecond))}, nil
 }
 
+// removeFolder moves the files source's folder away for a few seconds,
+// as a botched deployment of the manifests would, and back: the rules must
+// keep serving meanwhile and the changes made before apply once it is back.
+func removeFolder(ctx context.Context, s *run) (injected, error) {
+	dir := s.files.dir
+	if err := os.Rename(dir, dir+".away"); err != nil {
+		return injected{}, err
+	}
+	unhealthy := false
+	end := time.Now().Add(5 * time.Second)
+	for time.Now().Before(end) && pause(ctx, 250*time.Millisecond) {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		code, err := s.d.healthz(hctx)
+		cancel()
+		unhealthy = unhealthy || (err == nil && code != http.StatusOK)
+	}
+	if err := os.Rename(dir+".away", dir); err != nil {
+		return injected{}, err
+	}
+	return injected{at: time.Now(), note: fmt.Sprintf("away for 5 s; /healthz reported it: %v", unhealthy)}, nil
+}
+
 // createConflict creates a service that claims a destination of an older
 // one, both with endpoints: the older must keep it, and everything else
 // must keep syncing. The API server refuses two services with one node
 // port or one cluster IP; it allows an external IP that is another's
-// cluster IP, or another's external or load-balancer IP.
+// cluster IP, or another's external or load-balancer IP. A folder of
+// manifests can hold all of them.
 func createConflict(ctx context.Context, s *run) (injected, error) {
 	ch := s.churn
 	var older []*service
@@ -348,7 +388,13 @@ func createConflict(ctx context.Context, s *run) (injected, error) {
 	b.ports = []svcPort{{name: "http", proto: corev1.ProtocolTCP, port: a.ports[0].port}}
 	claim := a.clusterIPs()[0]
 	what := "cluster IP"
+	files := s.cfg.Source == "files"
 	switch {
+	case files && a.nodePort(a.ports[0].name) != 0 && ch.rng.IntN(2) == 0:
+		b.kind, b.forceNodePort, what = corev1.ServiceTypeNodePort, int32(a.nodePort(a.ports[0].name)), "node port"
+	case files && ch.rng.IntN(2) == 0:
+		b.forceClusterIP, b.dual, what = claim, false, "cluster IP (as its own)"
+		b.slices = slices.DeleteFunc(b.slices, func(sl *slice) bool { return sl.family != 4 })
 	case a.lbIP.IsValid() && ch.rng.IntN(2) == 0:
 		b.kind, b.lbIP, claim, what = corev1.ServiceTypeLoadBalancer, a.lbIP, a.lbIP, "load-balancer IP"
 	case len(a.externalIPs) > 0 && ch.rng.IntN(2) == 0:
@@ -379,6 +425,9 @@ func createConflict(ctx context.Context, s *run) (injected, error) {
 		return time.Now(), "deleted " + b.key(), err
 	}
 	note := fmt.Sprintf("%s (newer) claims %s's %s %s port %d", b.key(), a.key(), what, claim, a.ports[0].port)
+	if b.forceNodePort != 0 {
+		note = fmt.Sprintf("%s (newer) claims %s's node port %d", b.key(), a.key(), b.forceNodePort)
+	}
 	return injected{at: time.Now(), note: note, undo: undo}, nil
 }
 

@@ -82,6 +82,11 @@ type service struct {
 	conflict bool
 	held     bool // the held service: never churned
 	nextID   int  // numbers its slices
+	// forceClusterIP and forceNodePort make the files store give the
+	// service another's cluster IP or node port (for its first port): a
+	// conflict only a folder of manifests can hold.
+	forceClusterIP netip.Addr
+	forceNodePort  int32
 }
 
 func (s *service) key() string { return s.ns + "/" + s.name }

@@ -21,12 +21,42 @@ import (
 // leaves them alone (and the soak's Services have no selector anyway).
 const managedBy = "soak.weir.dev"
 
-// writer stores the model's objects through the API.
-type writer struct {
+// store writes the model's objects where Weir's source reads them: the
+// API server (apiStore) or a folder of manifests (filesStore). Each
+// method updates the model's stored object and lastWrite.
+type store interface {
+	createService(ctx context.Context, s *service) error
+	// updateService writes the service's spec and load-balancer status.
+	updateService(ctx context.Context, s *service) error
+	// deleteService deletes the service and its slices.
+	deleteService(ctx context.Context, s *service) error
+	createSlice(ctx context.Context, s *service, sl *slice) error
+	updateSlice(ctx context.Context, s *service, sl *slice) error
+	deleteSlice(ctx context.Context, s *service, sl *slice) error
+	// purge deletes the service and every slice labelled with its name,
+	// whatever the model says, after a write failed.
+	purge(ctx context.Context, s *service) error
+	// writeCount is how many writes were made.
+	writeCount() int
+}
+
+// apiStore stores the model's objects through the API.
+type apiStore struct {
 	client kubernetes.Interface
 	pods   []*netns.Pod
-	// writes counts API writes.
 	writes int
+}
+
+func (w *apiStore) writeCount() int { return w.writes }
+
+func (w *apiStore) purge(ctx context.Context, s *service) error {
+	err := w.client.CoreV1().Services(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{})
+	if err == nil || apierrors.IsNotFound(err) {
+		err = w.client.DiscoveryV1().EndpointSlices(s.ns).DeleteCollection(ctx, metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + s.name})
+	}
+	w.writes++
+	return err
 }
 
 // applySpec copies the model's spec into obj, keeping what the API server
@@ -79,7 +109,7 @@ func (s *service) applySpec(obj *corev1.Service) {
 }
 
 // createService creates s and its slices.
-func (w *writer) createService(ctx context.Context, s *service) error {
+func (w *apiStore) createService(ctx context.Context, s *service) error {
 	obj := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.ns}}
 	s.applySpec(obj)
 	out, err := w.client.CoreV1().Services(s.ns).Create(ctx, obj, metav1.CreateOptions{})
@@ -102,7 +132,7 @@ func (w *writer) createService(ctx context.Context, s *service) error {
 
 // updateService writes the model's spec of s over the stored object,
 // reading it again when it changed meanwhile.
-func (w *writer) updateService(ctx context.Context, s *service) error {
+func (w *apiStore) updateService(ctx context.Context, s *service) error {
 	svcs := w.client.CoreV1().Services(s.ns)
 	leavingLB := s.obj.Spec.Type == corev1.ServiceTypeLoadBalancer && s.kind != corev1.ServiceTypeLoadBalancer
 	if leavingLB && len(s.obj.Status.LoadBalancer.Ingress) > 0 {
@@ -139,7 +169,7 @@ func (w *writer) updateService(ctx context.Context, s *service) error {
 
 // writeLBStatus writes s's load-balancer ingress, as a cloud controller
 // would, when s is of type LoadBalancer.
-func (w *writer) writeLBStatus(ctx context.Context, s *service) error {
+func (w *apiStore) writeLBStatus(ctx context.Context, s *service) error {
 	if s.kind != corev1.ServiceTypeLoadBalancer || !s.lbIP.IsValid() {
 		return nil
 	}
@@ -160,7 +190,7 @@ func (w *writer) writeLBStatus(ctx context.Context, s *service) error {
 }
 
 // deleteService deletes s, then its slices, as the garbage collector would.
-func (w *writer) deleteService(ctx context.Context, s *service) error {
+func (w *apiStore) deleteService(ctx context.Context, s *service) error {
 	err := w.client.CoreV1().Services(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{})
 	w.writes++
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -176,7 +206,7 @@ func (w *writer) deleteService(ctx context.Context, s *service) error {
 }
 
 // sliceObject builds the EndpointSlice of sl.
-func (w *writer) sliceObject(s *service, sl *slice) *discoveryv1.EndpointSlice {
+func sliceObject(pods []*netns.Pod, s *service, sl *slice) *discoveryv1.EndpointSlice {
 	obj := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: sl.name, Namespace: s.ns, Labels: map[string]string{
 			discoveryv1.LabelServiceName: s.name,
@@ -195,7 +225,7 @@ func (w *writer) sliceObject(s *service, sl *slice) *discoveryv1.EndpointSlice {
 		obj.Ports = append(obj.Ports, discoveryv1.EndpointPort{Name: &name, Protocol: &proto, Port: &port})
 	}
 	for _, e := range sl.eps {
-		pod := w.pods[e.pod]
+		pod := pods[e.pod]
 		addr := pod.IP
 		if sl.family == 6 {
 			addr = pod.IP6
@@ -227,9 +257,9 @@ func conditions(st epState) (ready, serving, terminating bool) {
 	return false, false, false
 }
 
-func (w *writer) createSlice(ctx context.Context, s *service, sl *slice) error {
+func (w *apiStore) createSlice(ctx context.Context, s *service, sl *slice) error {
 	sl.obj = nil
-	out, err := w.client.DiscoveryV1().EndpointSlices(s.ns).Create(ctx, w.sliceObject(s, sl), metav1.CreateOptions{})
+	out, err := w.client.DiscoveryV1().EndpointSlices(s.ns).Create(ctx, sliceObject(w.pods, s, sl), metav1.CreateOptions{})
 	w.writes++
 	if err != nil {
 		return fmt.Errorf("create EndpointSlice %s/%s: %w", s.ns, sl.name, err)
@@ -239,8 +269,8 @@ func (w *writer) createSlice(ctx context.Context, s *service, sl *slice) error {
 	return nil
 }
 
-func (w *writer) updateSlice(ctx context.Context, s *service, sl *slice) error {
-	out, err := w.client.DiscoveryV1().EndpointSlices(s.ns).Update(ctx, w.sliceObject(s, sl), metav1.UpdateOptions{})
+func (w *apiStore) updateSlice(ctx context.Context, s *service, sl *slice) error {
+	out, err := w.client.DiscoveryV1().EndpointSlices(s.ns).Update(ctx, sliceObject(w.pods, s, sl), metav1.UpdateOptions{})
 	w.writes++
 	if err != nil {
 		return fmt.Errorf("update EndpointSlice %s/%s: %w", s.ns, sl.name, err)
@@ -250,7 +280,7 @@ func (w *writer) updateSlice(ctx context.Context, s *service, sl *slice) error {
 	return nil
 }
 
-func (w *writer) deleteSlice(ctx context.Context, s *service, sl *slice) error {
+func (w *apiStore) deleteSlice(ctx context.Context, s *service, sl *slice) error {
 	err := w.client.DiscoveryV1().EndpointSlices(s.ns).Delete(ctx, sl.name, metav1.DeleteOptions{})
 	w.writes++
 	if err != nil && !apierrors.IsNotFound(err) {

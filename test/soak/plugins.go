@@ -71,14 +71,17 @@ func installGuest(dir, slot, src string) error {
 }
 
 // weirConfig is Weir's configuration file for the soak: the kubernetes
-// source as Weir's ServiceAccount, a short syncPeriod, the canary and
+// source as Weir's ServiceAccount (or the files source), a short syncPeriod, the canary and
 // affinity example plugins and the victim slots.
-func weirConfig(cfg *Config, kubeconfig, pluginDir, cacheDir string) string {
+func weirConfig(cfg *Config, kubeconfig, manifests, pluginDir, cacheDir string) string {
+	source := "  kind: kubernetes\n  kubeconfig: " + kubeconfig
+	if cfg.Source == "files" {
+		source = "  kind: files\n  path: " + manifests
+	}
 	s := fmt.Sprintf(`mode: %s
 nodeName: %s
 source:
-  kind: kubernetes
-  kubeconfig: %s
+%s
 clusterCIDRs: [10.244.0.0/16, "fd00:10:244::/64"]
 syncPeriod: %s
 minSyncPeriod: %s
@@ -86,7 +89,7 @@ metricsBindAddress: %s
 healthzBindAddress: %s
 hooks:
   cacheDir: %s
-`, cfg.backendMode(), nodeName, kubeconfig, cfg.SyncPeriod, cfg.MinSyncPeriod, metricsAddr, healthzAddr, cacheDir)
+`, cfg.backendMode(), nodeName, source, cfg.SyncPeriod, cfg.MinSyncPeriod, metricsAddr, healthzAddr, cacheDir)
 	if f := cfg.flavour(); f != "" {
 		s += "iptables:\n  backend: " + f + "\n"
 	}

@@ -118,9 +118,11 @@ func (r *report) finish(s *run, runErr error) *Report {
 	var fails []string
 	fail := func(format string, args ...any) { fails = append(fails, fmt.Sprintf(format, args...)) }
 	cfg := r.cfg
-	fmt.Fprintf(&b, "Weir soak, mode %s, seed %d\n", cfg.Mode, cfg.Seed)
-	fmt.Fprintf(&b, "replay: make soak SOAK_MODE=%s SOAK_SEED=%d SOAK_DURATION=%v SOAK_SERVICES=%d\n",
-		cfg.Mode, cfg.Seed, cfg.Duration, cfg.Services)
+	fmt.Fprintf(&b, "Weir soak, mode %s, source %s, seed %d\n", cfg.Mode, cfg.Source, cfg.Seed)
+	fmt.Fprintf(&b, "replay: make soak SOAK_MODE=%s SOAK_SEED=%d SOAK_DURATION=%v SOAK_SERVICES=%d "+
+		"SOAK_FLAGS=\"--source %s --pods %d --rate %g --round %v --lock-hold %v --sync-period %v --min-sync-period %v\"\n",
+		cfg.Mode, cfg.Seed, cfg.Duration, cfg.Services, cfg.Source, cfg.Pods, cfg.Rate, cfg.Round, cfg.LockHold,
+		cfg.SyncPeriod, cfg.MinSyncPeriod)
 	fmt.Fprintf(&b, "ran %v: %d services at the start, %d pods, churn %.1f operations/s, rounds of about %v, syncPeriod %v, minSyncPeriod %v\n",
 		time.Since(r.start).Round(time.Second), cfg.Services, cfg.Pods, cfg.Rate, cfg.Round, cfg.SyncPeriod, cfg.MinSyncPeriod)
 	if len(r.load) > 0 {
@@ -165,8 +167,8 @@ func (r *report) writeChurn(b *strings.Builder, s *run) {
 		total += ch.ops[k]
 		parts = append(parts, fmt.Sprintf("%s %d", k, ch.ops[k]))
 	}
-	fmt.Fprintf(b, "churn: %d operations (%s), %d API writes, %d failed writes; %d services at the end\n",
-		total, strings.Join(parts, ", "), ch.w.writes, ch.fails, len(ch.svcs))
+	fmt.Fprintf(b, "churn: %d operations (%s), %d writes, %d failed; %d services at the end\n",
+		total, strings.Join(parts, ", "), ch.w.writeCount(), ch.fails, len(ch.svcs))
 }
 
 // writeConvergence lists the time to converge by fault and checks the

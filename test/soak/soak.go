@@ -32,9 +32,12 @@ import (
 
 // Config is one soak run.
 type Config struct {
-	// Mode is nftables, iptables (iptables.backend auto), iptables-nft or
-	// iptables-legacy.
-	Mode     string
+	// Mode is nftables, iptables (iptables.backend auto), iptables-nft,
+	// iptables-legacy or ipvs.
+	Mode string
+	// Source is kubernetes (the real control plane) or files (a folder of
+	// manifests: no control plane, and conflicts the API server refuses).
+	Source   string
 	Duration time.Duration
 	// Seed seeds every random choice; 0 picks one (printed at the start).
 	Seed uint64
@@ -54,6 +57,10 @@ type Config struct {
 	// Weir is the weir binary; Plugins the folder of the built example
 	// plugins (make plugins); Repo the repository's root.
 	Weir, Plugins, Repo string
+	// Guests, when set, is a folder holding the test guests benign.wasm
+	// and hostile.wasm, built beforehand (in a VM, which has no Go);
+	// otherwise the soak builds them.
+	Guests string
 	// Dir is the run's folder (logs, configuration); it is removed at the
 	// end when every target was met, unless Keep.
 	Dir  string
@@ -85,9 +92,12 @@ func (c *Config) flavour() string {
 
 func (c *Config) check() error {
 	switch c.Mode {
-	case "nftables", "iptables", "iptables-nft", "iptables-legacy":
+	case "nftables", "iptables", "iptables-nft", "iptables-legacy", "ipvs":
 	default:
-		return fmt.Errorf("mode %q: use nftables, iptables, iptables-nft or iptables-legacy", c.Mode)
+		return fmt.Errorf("mode %q: use nftables, iptables, iptables-nft, iptables-legacy or ipvs", c.Mode)
+	}
+	if c.Source != "kubernetes" && c.Source != "files" {
+		return fmt.Errorf("source %q: use kubernetes or files", c.Source)
 	}
 	switch {
 	case c.Duration <= 0:
@@ -98,6 +108,8 @@ func (c *Config) check() error {
 		return errors.New("rate, round, syncPeriod and lockHold must be positive")
 	case c.Weir == "" || c.Plugins == "" || c.Repo == "" || c.Dir == "":
 		return errors.New("weir, plugins, repo and dir are required")
+	case c.Source == "kubernetes" && c.Mode == "ipvs":
+		return errors.New("mode ipvs runs in the VM, which has no control plane: use --source files")
 	}
 	for _, f := range []string{c.Weir, filepath.Join(c.Plugins, "canary.wasm"), filepath.Join(c.Plugins, "affinity.wasm")} {
 		if _, err := os.Stat(f); err != nil {
@@ -125,6 +137,7 @@ type run struct {
 	lockFile  string
 	pluginDir string
 	heldSvc   *service
+	files     *filesStore // with the files source
 	described map[*service]description
 	// lastWrite is the churn's last API write.
 	lastWrite time.Time
@@ -146,8 +159,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	s := &run{cfg: &cfg, win: &windows{}, lockFile: filepath.Join(cfg.Dir, "xtables.lock"),
 		pluginDir: filepath.Join(cfg.Dir, "plugins")}
 	s.rep = newReport(&cfg)
-	s.logf("soak: mode %s, seed %d, %v, %d services, %d pods, churn %.1f/s, syncPeriod %v (folder %s)",
-		cfg.Mode, cfg.Seed, cfg.Duration, cfg.Services, cfg.Pods, cfg.Rate, cfg.SyncPeriod, cfg.Dir)
+	s.logf("soak: mode %s, source %s, seed %d, %v, %d services, %d pods, churn %.1f/s, syncPeriod %v (folder %s)",
+		cfg.Mode, cfg.Source, cfg.Seed, cfg.Duration, cfg.Services, cfg.Pods, cfg.Rate, cfg.SyncPeriod, cfg.Dir)
 	s.t = newHarnessT(cfg.Dir, s.logf)
 	defer s.t.close()
 	err := s.setup(ctx)
@@ -177,8 +190,11 @@ func (s *run) logf(format string, args ...any) {
 // services.
 func (s *run) setup(ctx context.Context) error {
 	var err error
-	if s.guests, err = buildGuests(ctx, s.cfg.Repo, s.cfg.Dir); err != nil {
-		return err
+	s.guests = &guests{benign: filepath.Join(s.cfg.Guests, "benign.wasm"), hostile: filepath.Join(s.cfg.Guests, "hostile.wasm")}
+	if s.cfg.Guests == "" {
+		if s.guests, err = buildGuests(ctx, s.cfg.Repo, s.cfg.Dir); err != nil {
+			return err
+		}
 	}
 	if s.c, err = startCluster(ctx, s.t, s.cfg); err != nil {
 		return err
@@ -191,18 +207,32 @@ func (s *run) setup(ctx context.Context) error {
 			return err
 		}
 	}
+	manifests := filepath.Join(s.cfg.Dir, "manifests")
 	config := filepath.Join(s.cfg.Dir, "weir.yaml")
-	text := weirConfig(s.cfg, s.c.kubeconfig, s.pluginDir, filepath.Join(s.cfg.Dir, "cache"))
+	text := weirConfig(s.cfg, s.c.kubeconfig, manifests, s.pluginDir, filepath.Join(s.cfg.Dir, "cache"))
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		return err
 	}
 	s.env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "WEIR_") }),
 		"XTABLES_LOCKFILE="+s.lockFile)
 	s.d = newDaemon(s.cfg.Weir, config, s.cfg.Dir, s.c.topo.Node, s.env, s.logf)
-	s.verify = &verifier{bin: s.cfg.Weir, config: config, cacheDir: filepath.Join(s.cfg.Dir, "verify-cache"),
+	// The compilation cache is safe to share: wazero writes each entry
+	// whole through a rename.
+	s.verify = &verifier{bin: s.cfg.Weir, config: config, cacheDir: filepath.Join(s.cfg.Dir, "cache"),
 		node: s.c.topo.Node, env: s.env}
 	seed := s.cfg.Seed
-	s.churn = &churner{rng: rand.New(rand.NewPCG(seed, 1)), w: &writer{client: s.c.client, pods: s.c.pods},
+	var st store = &apiStore{client: s.c.client, pods: s.c.pods}
+	if s.cfg.Source == "files" {
+		fs := newFilesStore(manifests, s.c.pods)
+		if err := os.MkdirAll(manifests, 0o755); err != nil {
+			return err
+		}
+		if err := fs.writeNode(s.c.topo.NodeIP); err != nil {
+			return err
+		}
+		st, s.files = fs, fs
+	}
+	s.churn = &churner{rng: rand.New(rand.NewPCG(seed, 1)), w: st,
 		pods: len(s.c.pods), min: max(1, s.cfg.Services/2), max: s.cfg.Services * 3 / 2, ops: map[string]int{}, logf: s.logf}
 	s.faultRNG = rand.New(rand.NewPCG(seed, 2))
 	begin := time.Now()
@@ -463,10 +493,15 @@ type description struct {
 // planFor runs weir plan in the node and returns the blocks of service
 // (namespace/name), for a report.
 func (s *run) planFor(ctx context.Context, service string) string {
-	out, err := s.nodeOutput(ctx, s.cfg.Weir, "plan", "--config", s.verify.config, "--hooks-cache-dir",
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := s.c.topo.Node.Command(ctx, s.cfg.Weir, "plan", "--config", s.verify.config, "--hooks-cache-dir",
 		s.verify.cacheDir, "--log-level", "error")
-	if err != nil {
-		return err.Error()
+	cmd.Env = s.env
+	b, err := cmd.Output() // exit 1 after a plugin failed still prints the plan
+	out := string(b)
+	if err != nil && out == "" {
+		return fmt.Sprintf("weir plan: %v", err)
 	}
 	var keep []string
 	in := false

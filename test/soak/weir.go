@@ -122,7 +122,7 @@ var fullSyncLine = regexp.MustCompile(`msg="Syncing rules" full=true`)
 
 var syncedLine = regexp.MustCompile(`msg="Synced rules"`)
 
-var flavourLine = regexp.MustCompile(`msg="Using iptables" flavour=(\w+)`)
+var flavourLine = regexp.MustCompile(`msg="Using (?:iptables|IPVS)" .*?flavour=(\w+)`)
 
 // scan copies the process's output to its log and watches for the lines
 // the faults wait for.
