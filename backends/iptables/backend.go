@@ -324,7 +324,8 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error)
 // stamp shows them as the last sync left them: the chains with Weir's
 // names found there become stray, so the rewrite deletes those the plan
 // does not need (kube-proxy's at takeover, leftovers of tampering), and
-// the jump rules from the built-in chains are added where missing.
+// the jump rules from the built-in chains are added where missing (see
+// jumpRestores; the others with ensureJumps).
 func (b *Backend) prepare(ctx context.Context, fam *family) error {
 	if now, _, err := b.takeStamp(fam.f); err == nil && fam.stamped && now == fam.seen {
 		return nil // as the last sync left them: nothing stray, no jump missing
@@ -336,7 +337,16 @@ func (b *Backend) prepare(ctx context.Context, fam *family) error {
 			b.log.Info("Taking over existing iptables chains", "family", int(fam.f), "chains", len(found[tableNAT])+len(found[tableFilter]))
 		}
 		fam.stray = mergeChains(fam.stray, found)
-		if len(missingJumps(look)) == 0 && !b.lookBroken {
+		texts, rest := jumpRestores(missingJumps(look), look)
+		for _, table := range []string{tableFilter, tableNAT} {
+			if texts[table] == nil {
+				continue
+			}
+			if err := runRestore(ctx, b.opts.NetNS, fam.tools.restore, texts[table]); err != nil {
+				return fmt.Errorf("iptables: add jump rules: %w", err)
+			}
+		}
+		if len(rest) == 0 && !b.lookBroken {
 			return nil
 		}
 	} else {

@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,5 +143,35 @@ func fakeRemoveChain(t map[string][]string, chain string) {
 			}
 		}
 		t[c] = kept
+	}
+}
+
+// TestJumpRestores checks that jump rules whose target chain is missing
+// are added in one restore per table, each target declared once and the
+// jumps of a built-in chain inserted so that they end up in the jumps
+// table's order, and that the others are left to iptables -C.
+func TestJumpRestores(t *testing.T) {
+	look := map[string]*tableLook{tableNAT: newTableLook(false), tableFilter: newTableLook(false)}
+	look[tableFilter].counts[kubeForward] = 0 // exists: its jump may be there
+	texts, rest := jumpRestores(jumps, look)
+	if len(rest) != 1 || rest[0].to != kubeForward {
+		t.Errorf("left to check one by one: %v, want the jump to the existing %s", rest, kubeForward)
+	}
+	k := fakeKernel{"filter": {"INPUT": nil, "FORWARD": nil, "OUTPUT": nil, kubeForward: nil},
+		"nat": {"PREROUTING": nil, "OUTPUT": nil, "POSTROUTING": nil}}
+	for _, table := range []string{tableFilter, tableNAT} {
+		if n := strings.Count(string(texts[table]), ":"+kubeServices+" "); n != 1 {
+			t.Errorf("%s declares %s %d times:\n%s", table, kubeServices, n, texts[table])
+		}
+		if err := k.apply(texts[table]); err != nil {
+			t.Fatalf("%s: %v\n%s", table, err, texts[table])
+		}
+	}
+	var input []string
+	for _, r := range k["filter"]["INPUT"] {
+		input = append(input, fakeTarget(r))
+	}
+	if want := []string{kubeProxyFirewall, kubeNodePorts, kubeExternalServices}; !slices.Equal(input, want) {
+		t.Errorf("filter INPUT jumps to %v, want %v", input, want)
 	}
 }

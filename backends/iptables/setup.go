@@ -123,6 +123,39 @@ func ensureJumps(ctx context.Context, netNS int, fl *flavour, f ipFamily, ipt *g
 	return intact, err
 }
 
+// jumpRestores returns, per table, a restore text that adds the missing
+// jump rules whose target chain look does not have either, creating the
+// chain (such a jump cannot be there: a rule cannot jump to a chain that
+// does not exist), each at the head of its built-in chain as ensureJumps
+// would; and the other missing jumps, to be checked one by one. On a
+// fresh or flushed node this replaces 36 iptables commands per family
+// with two restores.
+func jumpRestores(missing []jump, look map[string]*tableLook) (texts map[string][]byte, rest []jump) {
+	texts = map[string][]byte{}
+	declared := map[string]bool{}
+	for _, j := range slices.Backward(jumps) {
+		if !slices.Contains(missing, j) {
+			continue
+		}
+		if _, ok := look[j.table].counts[j.to]; ok {
+			rest = append(rest, j)
+			continue
+		}
+		t := texts[j.table]
+		if t == nil {
+			t = []byte("*" + j.table + "\n")
+		}
+		if !declared[j.table+" "+j.to] {
+			t, declared[j.table+" "+j.to] = declare(t, j.to), true
+		}
+		texts[j.table] = appendRule(t, "-I", j.from, "1 "+strings.Join(quoteArgs(j.spec()), " "))
+	}
+	for table, t := range texts {
+		texts[table] = append(t, "COMMIT\n"...)
+	}
+	return texts, rest
+}
+
 // ensureChain creates chain in table unless it exists, and says whether
 // it did.
 func ensureChain(ipt *goipt.IPTables, table, chain string) (created bool, err error) {
