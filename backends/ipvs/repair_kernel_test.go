@@ -171,7 +171,7 @@ var damages = []damage{
 		must(t, "find "+DefaultInterface, err)
 		must(t, "delete "+DefaultInterface, h.LinkDel(l))
 	}},
-	{name: "one-address", partialRepairs: true, diverges: webCluster + ": destination: want present (forward), got missing", do: func(t *testing.T, f *repairFixture) {
+	{name: "one-address", diverges: webCluster + ": destination: want present (forward), got missing", do: func(t *testing.T, f *repairFixture) {
 		h := f.netlinkBehindTheBack(t)
 		l, err := h.LinkByName(DefaultInterface)
 		must(t, "find "+DefaultInterface, err)

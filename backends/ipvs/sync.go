@@ -179,8 +179,8 @@ func (b *Backend) partialSync(ctx context.Context, p *plan.Plan, changed []plan.
 }
 
 // syncService moves one service from its last applied state to svc's
-// (nil: deleted), and puts back its addresses and set entries should they
-// have been removed.
+// (nil: deleted), and puts back its set entries should they have been
+// removed.
 func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service) error {
 	old := b.services[key]
 	for _, k := range old.keys() {
@@ -192,10 +192,13 @@ func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service
 	}
 	var errs []error
 	for _, a := range addrsOf(st) {
-		// Every address of the service, not only new ones: one removed
-		// behind Weir's back comes back with the service's next change.
-		b.addrRefs[a]++
-		errs = append(errs, addAddr(b.nl, link, a))
+		// Only new addresses: replacing every address of each changed
+		// service would put back one removed by hand, but costs a round
+		// trip per address, which the kernel makes slower the more
+		// addresses the interface holds. The next full sync repairs it.
+		if b.addrRefs[a]++; b.addrRefs[a] == 1 {
+			errs = append(errs, addAddr(b.nl, link, a))
+		}
 	}
 	var ops []op
 	for _, k := range slices.SortedFunc(maps.Keys(unionKeys(serversOf(old), serversOf(st))), vsKey.compare) {
