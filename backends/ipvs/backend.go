@@ -69,6 +69,7 @@ package ipvs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -80,6 +81,7 @@ import (
 	"github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+	"github.com/weirproxy/weir/backends/internal/xtables"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -198,7 +200,9 @@ func (b *Backend) reset() {
 // fails, because something was removed or changed behind Weir's back or
 // the kernel refused a change, Sync rebuilds at once with a full sync
 // (which reads everything back and recreates what is missing) and returns
-// only that one's error; after a failed Sync the next one is full.
+// only that one's error; not when another process held the xtables lock,
+// which a rebuild would wait for again. After a failed Sync the next one
+// is full.
 func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -212,7 +216,8 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 	} else {
 		err = b.partialSync(ctx, p, changed)
 	}
-	if err != nil && ctx.Err() == nil {
+	var locked *xtables.LockError
+	if err != nil && ctx.Err() == nil && !errors.As(err, &locked) {
 		kind := map[bool]string{false: "partial", true: "full"}[full]
 		b.log.Warn("IPVS "+kind+" sync failed; rebuilding from what the kernel holds now", "error", err)
 		if err = b.fullSync(ctx, p); err == nil {

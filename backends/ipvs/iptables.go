@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	goipt "github.com/coreos/go-iptables/iptables"
 	"github.com/weirproxy/weir/backends/internal/xtables"
@@ -47,22 +48,27 @@ func flavourTools(fl string) ([]ruleTools, error) {
 }
 
 // restore feeds text to t's iptables-restore in netNS, never flushing
-// what text does not name and waiting for the xtables lock.
+// what text does not name and waiting at most xtables.LockWait for the
+// xtables lock (a *xtables.LockError when another process held it).
 func restore(ctx context.Context, netNS int, t ruleTools, text []byte) error {
-	stderr, err := xtables.Run(ctx, netNS, text, io.Discard, t.restore, "--noflush", "--wait")
+	stderr, err := xtables.Run(ctx, netNS, text, io.Discard, t.restore, append([]string{"--noflush"}, xtables.WaitArgs()...)...)
+	if lerr := xtables.CheckLock(t.restore, stderr, err); lerr != nil {
+		return fmt.Errorf("ipvs: %w", lerr)
+	}
 	if err != nil {
 		return fmt.Errorf("ipvs: %s: %w: %s", t.restore, err, strings.TrimSpace(string(stderr)))
 	}
 	return nil
 }
 
-// newIPTables returns go-iptables for t's family and binary.
+// newIPTables returns go-iptables for t's family and binary, waiting at
+// most xtables.LockWait for the xtables lock.
 func newIPTables(t ruleTools) (*goipt.IPTables, error) {
 	proto := goipt.ProtocolIPv4
 	if t.family == 6 {
 		proto = goipt.ProtocolIPv6
 	}
-	ipt, err := goipt.New(goipt.IPFamily(proto), goipt.Path(t.iptables))
+	ipt, err := goipt.New(goipt.IPFamily(proto), goipt.Path(t.iptables), goipt.Timeout(int(xtables.LockWait/time.Second)))
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: %s: %w", t.iptables, err)
 	}
@@ -70,13 +76,16 @@ func newIPTables(t ruleTools) (*goipt.IPTables, error) {
 }
 
 // ensureJumps adds the missing jump rules, each at the head of its
-// built-in chain. The target chains must exist.
-func ensureJumps(netNS int, ipt *goipt.IPTables) error {
+// built-in chain, with tool (ipt's binary). The target chains must exist.
+func ensureJumps(netNS int, ipt *goipt.IPTables, tool string) error {
 	return xtables.InNetNS(netNS, func() error {
 		for _, j := range jumps {
 			ok, err := ipt.Exists(j.table, j.from, j.spec()...)
 			if err == nil && !ok {
 				err = ipt.Insert(j.table, j.from, 1, j.spec()...)
+			}
+			if lerr := xtables.CheckLock(tool, nil, err); lerr != nil {
+				return fmt.Errorf("ipvs: add jump %s %s -> %s: %w", j.table, j.from, j.to, lerr)
 			}
 			if err != nil {
 				return fmt.Errorf("ipvs: add jump %s %s -> %s: %w", j.table, j.from, j.to, err)

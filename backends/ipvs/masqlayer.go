@@ -96,7 +96,7 @@ func (m *masqLayer) syncFull(ctx context.Context, o *backends.Common, node plan.
 	for i, t := range m.tools {
 		err := restore(ctx, o.NetNS, t, renderRules(t.family, o, node, m.markRules()))
 		if err == nil {
-			err = ensureJumps(o.NetNS, m.ipts[i])
+			err = ensureJumps(o.NetNS, m.ipts[i], t.iptables)
 		}
 		errs = append(errs, err)
 	}

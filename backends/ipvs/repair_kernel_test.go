@@ -4,18 +4,23 @@ package ipvs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/backends/internal/xtables"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Objects an operator or another tool removes behind Weir's back: a
@@ -271,4 +276,42 @@ func TestKernelRepairIPTablesLegacy(t *testing.T) {
 			f.check(t, "after a full sync", "pod-a", "pod-b", "pod-c")
 		})
 	}
+}
+
+// TestKernelXtablesLockHeld holds the xtables lock, as another program
+// would, while an iptables-legacy backend syncs: the sync gives up within
+// the bounded waits (one restore per family, no rebuild after) with a
+// LockError, and the sync after the lock is released succeeds.
+func TestKernelXtablesLockHeld(t *testing.T) {
+	topo, b := newCluster(t, Options{Flavour: FlavourLegacy})
+	web := service("web", plan.TCP, 80, 0, []string{vip.String()}, podEP(podA, 1))
+	p := testPlan(web)
+	mustSync(t, b, p, nil)
+
+	fd, err := unix.Open(xtables.LockFile(), unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	must(t, "take the xtables lock", unix.Flock(fd, unix.LOCK_EX))
+	var release sync.Once
+	unlock := func() { release.Do(func() { unix.Flock(fd, unix.LOCK_UN) }) }
+	// Should the sync wait for the lock without a bound, this releases it
+	// and the test fails on the time taken instead of hanging.
+	safety := time.AfterFunc(40*time.Second, unlock)
+	defer safety.Stop()
+	start := time.Now()
+	err = b.Sync(context.Background(), p, nil)
+	took := time.Since(start)
+	unlock()
+	var locked *xtables.LockError
+	if !errors.As(err, &locked) {
+		t.Errorf("sync with the lock held: %v, want a LockError", err)
+	}
+	if bound := 3 * xtables.LockWait; took > bound {
+		t.Errorf("sync with the lock held took %s, want under %s (two bounded waits, no rebuild)", took.Round(time.Millisecond), bound)
+	}
+	t.Logf("sync with the lock held failed after %s: %v", took.Round(time.Millisecond), err)
+	mustSync(t, b, p, nil)
+	netns.WantPods(t, "after the lock is released", netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), 3), "pod-a")
 }
