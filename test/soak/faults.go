@@ -36,6 +36,13 @@ func (w *windows) open(name string) int {
 	return len(w.list) - 1
 }
 
+// add records a window that has already ended.
+func (w *windows) add(name string, start, end time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, window{name: name, start: start, end: end})
+}
+
 func (w *windows) close(i int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -112,6 +112,9 @@ func (p *prober) probe(ctx context.Context, t target) {
 		return
 	}
 	in := p.windows.openDuring(begin, time.Now())
+	if time.Since(begin) > 2*time.Second+stallLimit {
+		in = "machine stalled" // before the stall watcher could record it
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := &p.stats
@@ -145,13 +148,14 @@ func (p *prober) probe(ctx context.Context, t target) {
 	if in != "" || len(st.examples) >= maxExamples {
 		return
 	}
-	example := fmt.Sprintf("%s %s via %s: %s", begin.UTC().Format("15:04:05.000"), t.service, t.dest, problem)
+	example := fmt.Sprintf("%s %s via %s: %s\n      the soak wrote: %s", begin.UTC().Format("15:04:05.000"),
+		t.service, t.dest, problem, t.model)
 	if len(st.examples) < maxExplained && p.explain != nil {
 		p.mu.Unlock()
 		again := p.again(ctx, t)
 		plan := p.explain(ctx, t.service)
 		p.mu.Lock()
-		example += fmt.Sprintf("\n      again at once: %s\n      the soak wrote: %s\n      weir plan says:\n%s", again, t.model, indent(plan, "        "))
+		example += fmt.Sprintf("\n      again at once: %s\n      weir plan says:\n%s", again, indent(plan, "        "))
 	}
 	st.examples = append(st.examples, example)
 }

@@ -41,12 +41,18 @@ type faultResult struct {
 	conv      convergence
 	firstSync time.Duration // after a restart: from the start to the first sync
 	healthz   int
+	// stalled says the machine stalled around the fault: its times are
+	// the machine's, not Weir's, and are not held to the targets.
+	stalled bool
 }
 
 func (r *faultResult) summary() string {
 	s := fmt.Sprintf("%s (%s): %s", r.kind, r.phase, describe(r.conv))
 	if r.restart {
 		s += fmt.Sprintf("; first sync %v after the start", r.firstSync.Round(time.Millisecond))
+	}
+	if r.stalled {
+		s += "; the machine stalled meanwhile (times not held to the targets)"
 	}
 	return s + fmt.Sprintf("; /healthz %d", r.healthz)
 }
@@ -89,6 +95,31 @@ type report struct {
 	mu      sync.Mutex
 	samples []sample
 	load    []float64
+	stalls  []stall
+}
+
+// stall is a time the machine ran nothing, the soak included.
+type stall struct {
+	at  time.Time
+	gap time.Duration
+}
+
+func (r *report) addStall(at time.Time, gap time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stalls = append(r.stalls, stall{at, gap})
+}
+
+// stalledDuring reports whether a stall overlapped [from, to].
+func (r *report) stalledDuring(from, to time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range r.stalls {
+		if !st.at.After(to) && !st.at.Add(st.gap).Before(from) {
+			return true
+		}
+	}
+	return false
 }
 
 func newReport(cfg *Config) *report { return &report{cfg: cfg, start: time.Now()} }
@@ -128,6 +159,10 @@ func (r *report) finish(s *run, runErr error) *Report {
 	if len(r.load) > 0 {
 		fmt.Fprintf(&b, "load: one-minute load average %.2f median, %.2f max, on %d CPUs shared by the control plane, Weir, the churn and the probes\n",
 			median(r.load), slices.Max(r.load), numCPU())
+	}
+	for _, st := range r.stalls {
+		fmt.Fprintf(&b, "machine stall: nothing ran (the soak included) for %v from %s; what failed meanwhile counts as inside a fault window\n",
+			st.gap.Round(time.Millisecond), st.at.UTC().Format("15:04:05.000"))
 	}
 	r.writeChurn(&b, s)
 	r.writeConvergence(&b, fail)
@@ -259,6 +294,8 @@ func (r *report) checkResult(res *faultResult, fail func(string, ...any)) {
 	case !res.conv.clean:
 		fail("%s: %s", where, describe(res.conv))
 		return
+	case res.stalled:
+		return // converged; its times are the stall's
 	case res.conv.took > r.cfg.SyncPeriod:
 		fail("%s: converged in %v, more than syncPeriod %v", where, res.conv.took.Round(time.Millisecond), r.cfg.SyncPeriod)
 	}

@@ -288,6 +288,7 @@ func (s *run) soak(ctx context.Context) error {
 	s.held = &holder{client: s.c.topo.Client, windows: s.win}
 	wg.Go(func() { s.held.run(bg, heldVias(s.heldSvc, s.c.topo.NodeIP), time.Second) })
 	wg.Go(func() { s.sample(bg) })
+	wg.Go(func() { s.watchStalls(bg) })
 
 	end := time.Now().Add(s.cfg.Duration)
 	cycle := s.faultCycle()
@@ -386,6 +387,7 @@ func (s *run) measure(ctx context.Context, round int, kind, phase string, in inj
 	limit := 3*s.cfg.SyncPeriod + 30*time.Second + in.limit
 	res := &faultResult{round: round, kind: kind, phase: phase, note: in.note, restart: in.restart}
 	res.conv = s.converge(ctx, since, s.lastWrite, limit)
+	res.stalled = s.rep.stalledDuring(in.at.Add(-3*s.cfg.SyncPeriod), time.Now())
 	if in.restart {
 		p := s.d.current()
 		res.firstSync = p.firstSync()
@@ -553,6 +555,34 @@ func (s *run) sample(ctx context.Context) {
 			s.rep.addSample(sample{at: time.Now(), rss: m[mRSS], goroutines: m[mGoroutines], proc: s.d.startCount()})
 		}
 		s.rep.addLoad(loadAverage())
+	}
+}
+
+// stallLimit is how long the soak's own 100 ms ticker may go without
+// ticking before it counts as the machine stalling.
+const stallLimit = 2 * time.Second
+
+// watchStalls records each time the machine stopped running the soak (and
+// with it Weir and the control plane) for more than stallLimit, as a
+// virtual machine paused by its host does, as a fault window of its own:
+// what fails then is the machine's, not Weir's.
+func (s *run) watchStalls(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		if gap := now.Sub(last); gap > stallLimit {
+			s.win.add("machine stalled", last, now)
+			s.rep.addStall(last, gap)
+			s.logf("the machine stalled for %v (nothing ran, the soak's ticker included)", gap.Round(time.Millisecond))
+		}
+		last = now
 	}
 }
 
