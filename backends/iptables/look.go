@@ -56,15 +56,17 @@ func (b *Backend) lookFamily(ctx context.Context, f ipFamily) (map[string]*table
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := map[string]*tableLook{}
-	for _, table := range []string{tableFilter, tableNAT} {
-		var l *tableLook
-		var err error
-		if b.fl.name == flavourLegacy {
-			l, err = lookLegacy(b.opts.NetNS, f, table)
-		} else {
-			l, err = lookNFT(b.opts.NetNS, f, table)
+	tables := []string{tableFilter, tableNAT}
+	if b.fl.name == flavourNFT {
+		out, err := lookNFT(b.opts.NetNS, f, tables)
+		if err != nil {
+			return nil, fmt.Errorf("iptables: look at IPv%d tables: %w", f, err)
 		}
+		return out, nil
+	}
+	out := map[string]*tableLook{}
+	for _, table := range tables {
+		l, err := lookLegacy(b.opts.NetNS, f, table)
 		if err != nil {
 			return nil, fmt.Errorf("iptables: look at IPv%d table %s: %w", f, table, err)
 		}

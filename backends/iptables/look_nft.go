@@ -48,14 +48,18 @@ const (
 	verdictGoto = -4 // NFT_GOTO
 )
 
-// lookNFT reads the iptables-nft table of family f inside netNS. A table
-// that is not there looks empty.
-func lookNFT(netNS int, f ipFamily, table string) (*tableLook, error) {
+// lookNFT reads the iptables-nft tables of family f inside netNS, keyed
+// by name: one dump of the family's chains for all of them. A table that
+// is not there looks empty.
+func lookNFT(netNS int, f ipFamily, tables []string) (map[string]*tableLook, error) {
 	family := uint8(unix.NFPROTO_IPV4)
 	if f == ipv6 {
 		family = unix.NFPROTO_IPV6
 	}
-	l := newTableLook(true)
+	looks := map[string]*tableLook{}
+	for _, t := range tables {
+		looks[t] = newTableLook(true)
+	}
 	err := inNetNS(netNS, func() error {
 		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 		if err != nil {
@@ -63,9 +67,14 @@ func lookNFT(netNS int, f ipFamily, table string) (*tableLook, error) {
 		}
 		defer unix.Close(fd)
 		c := &nlDump{fd: fd, buf: make([]byte, 64<<10)}
-		var base []string
+		base := map[string][]string{}
 		err = c.dump(nftGetChain, family, nil, func(msgType uint16, attrs []byte) {
-			if msgType != nftSubsys|nftNewChain || string(attrString(attrs, attrTableOfChain)) != table {
+			if msgType != nftSubsys|nftNewChain {
+				return
+			}
+			table := attrString(attrs, attrTableOfChain)
+			l := looks[string(table)]
+			if l == nil {
 				return
 			}
 			name := string(attrString(attrs, attrChainName))
@@ -73,20 +82,22 @@ func lookNFT(netNS int, f ipFamily, table string) (*tableLook, error) {
 				l.counts[name] = int(binary.BigEndian.Uint32(use))
 			}
 			if attrGet(attrs, attrChainHook) != nil {
-				base = append(base, name)
+				base[string(table)] = append(base[string(table)], name)
 			}
 		})
 		if err != nil {
 			return fmt.Errorf("list chains: %w", err)
 		}
-		for _, chain := range base {
-			if err := c.baseRules(family, table, chain, l); err != nil {
-				return fmt.Errorf("list rules of chain %s: %w", chain, err)
+		for _, table := range tables {
+			for _, chain := range base[table] {
+				if err := c.baseRules(family, table, chain, looks[table]); err != nil {
+					return fmt.Errorf("list rules of %s chain %s: %w", table, chain, err)
+				}
 			}
 		}
 		return nil
 	})
-	return l, err
+	return looks, err
 }
 
 // baseRules dumps the rules of one base chain into l: the jumps to other
