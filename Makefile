@@ -149,3 +149,24 @@ soak: build plugins
 	dir=$$(GO=$(GO) hack/controlplane/build.sh) && \
 	  WEIRTEST_CONTROLPLANE_BIN=$$dir $(GO) run ./hack/soak --weir $(BIN)/weir --plugins $(BIN)/plugins --reports $(BIN)/soak \
 	    --mode $(SOAK_MODE) --duration $(SOAK_DURATION) --seed '$(SOAK_SEED)' --services $(SOAK_SERVICES) $(SOAK_FLAGS)
+
+.PHONY: soak-vm
+
+# The soak in the VM: mode ipvs, the files source (the VM has no network for
+# a control plane), fewer services and a slower churn for software emulation,
+# and no plugins: the VM's emulated CPU lacks SSE4.1, which wazero's compiler
+# needs (weir run with plugins dies there with SIGILL).
+SOAK_VM_DURATION ?= 5m
+SOAK_VM_FLAGS    ?= --services 40 --rate 1 --round 30s --sync-period 10s --no-plugins
+SOAK_GUESTS      := $(BIN)/soak-guests
+
+## soak-vm: as root, the soak in mode ipvs inside the VM with the files source; SOAK_VM_DURATION, SOAK_SEED, SOAK_VM_FLAGS
+soak-vm: build plugins vm-tools
+	@mkdir -p $(BIN)/vm $(SOAK_GUESTS)
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/vm/soak ./hack/soak
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(SOAK_GUESTS)/benign.wasm ./test/soak/testdata/benign
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(SOAK_GUESTS)/hostile.wasm ./hooks/testdata/guests/hostile
+	$(GO) run ./hack/vmtest --timeout 90m --modules $(IPVS_MODULES) \
+	  --host-files $(IPT_FILES),/usr/sbin/nft,$(abspath $(BIN)/weir),$(abspath $(BIN)/plugins),$(abspath $(SOAK_GUESTS)) \
+	  $(BIN)/vm/soak --source files --mode ipvs --weir $(abspath $(BIN)/weir) --plugins $(abspath $(BIN)/plugins) \
+	  --guests $(abspath $(SOAK_GUESTS)) --reports /tmp/soak --duration $(SOAK_VM_DURATION) --seed '$(SOAK_SEED)' $(SOAK_VM_FLAGS)

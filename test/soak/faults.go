@@ -86,6 +86,8 @@ type fault struct {
 
 func always(*run) bool { return true }
 
+func withPlugins(s *run) bool { return !s.cfg.NoPlugins }
+
 func kubernetesSource(s *run) bool { return s.cfg.Source == "kubernetes" }
 
 func filesSource(s *run) bool { return s.cfg.Source == "files" }
@@ -116,10 +118,10 @@ var faults = []fault{
 	{"IPVS ipset flushed", ipvsMode, flushIPVSSet},
 	{"xtables lock held", legacyFlavour, holdXtablesLock},
 	{"conflicting objects", always, createConflict},
-	{"plugin replaced: open, traps", always, replacePlugin("victim-open-trap")},
-	{"plugin replaced: open, loops", always, replacePlugin("victim-open-loop")},
-	{"plugin replaced: closed, traps", always, replacePlugin("victim-closed-trap")},
-	{"plugin replaced: closed, loops", always, replacePlugin("victim-closed-loop")},
+	{"plugin replaced: open, traps", withPlugins, replacePlugin("victim-open-trap")},
+	{"plugin replaced: open, loops", withPlugins, replacePlugin("victim-open-loop")},
+	{"plugin replaced: closed, traps", withPlugins, replacePlugin("victim-closed-trap")},
+	{"plugin replaced: closed, loops", withPlugins, replacePlugin("victim-closed-loop")},
 }
 
 // restartWeir starts a new weir process after the previous one exited.

@@ -93,6 +93,9 @@ hooks:
 	if f := cfg.flavour(); f != "" {
 		s += "iptables:\n  backend: " + f + "\n"
 	}
+	if cfg.NoPlugins {
+		return s
+	}
 	s += fmt.Sprintf(`plugins:
   - name: canary
     path: %s

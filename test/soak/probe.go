@@ -43,8 +43,16 @@ type probeStats struct {
 type prober struct {
 	client  *netns.Namespace
 	targets atomic.Pointer[[]target]
-	windows *windows
-	settle  time.Duration
+	// writes maps each service to its last write, published with the
+	// targets: a probe of a service written while the probe was under way
+	// says nothing and is not counted.
+	writes atomic.Pointer[map[string]time.Time]
+	// published is when targets and writes were last stored (Unix ns).
+	published atomic.Int64
+	// churning is set while churn steps may be writing.
+	churning atomic.Bool
+	windows  *windows
+	settle   time.Duration
 	// explain, when set, describes what Weir plans for a service, for the
 	// first failures a report lists.
 	explain func(ctx context.Context, service string) string
@@ -108,7 +116,7 @@ func (p *prober) probe(ctx context.Context, t target) {
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	a, err := p.client.DialTCP(dctx, t.dest.addr)
 	cancel()
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || p.changed(t) {
 		return
 	}
 	in := p.windows.openDuring(begin, time.Now())
@@ -158,6 +166,23 @@ func (p *prober) probe(ctx context.Context, t target) {
 		example += fmt.Sprintf("\n      again at once: %s\n      weir plan says:\n%s", again, indent(plan, "        "))
 	}
 	st.examples = append(st.examples, example)
+}
+
+// changed reports whether t's service was written or deleted since t was
+// published. It waits (up to a second) for the writes of the churn step
+// under way to be published, so a write that began before the probe ended
+// is seen.
+func (p *prober) changed(t target) bool {
+	end := time.Now().UnixNano()
+	for deadline := time.Now().Add(time.Second); p.churning.Load() && p.published.Load() < end && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	w := p.writes.Load()
+	if w == nil {
+		return false
+	}
+	last, ok := (*w)[t.service]
+	return !ok || last.After(t.lastWrite)
 }
 
 // maxExplained is how many failures the report explains in full.

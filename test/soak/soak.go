@@ -57,6 +57,9 @@ type Config struct {
 	// Weir is the weir binary; Plugins the folder of the built example
 	// plugins (make plugins); Repo the repository's root.
 	Weir, Plugins, Repo string
+	// NoPlugins runs Weir without hook plugins (and so without the
+	// plugin faults): in a VM whose CPU the plugins' compiler cannot use.
+	NoPlugins bool
 	// Guests, when set, is a folder holding the test guests benign.wasm
 	// and hostile.wasm, built beforehand (in a VM, which has no Go);
 	// otherwise the soak builds them.
@@ -111,7 +114,11 @@ func (c *Config) check() error {
 	case c.Source == "kubernetes" && c.Mode == "ipvs":
 		return errors.New("mode ipvs runs in the VM, which has no control plane: use --source files")
 	}
-	for _, f := range []string{c.Weir, filepath.Join(c.Plugins, "canary.wasm"), filepath.Join(c.Plugins, "affinity.wasm")} {
+	files := []string{c.Weir, filepath.Join(c.Plugins, "canary.wasm"), filepath.Join(c.Plugins, "affinity.wasm")}
+	if c.NoPlugins {
+		files = files[:1]
+	}
+	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("%w (make build plugins)", err)
 		}
@@ -191,7 +198,7 @@ func (s *run) logf(format string, args ...any) {
 func (s *run) setup(ctx context.Context) error {
 	var err error
 	s.guests = &guests{benign: filepath.Join(s.cfg.Guests, "benign.wasm"), hostile: filepath.Join(s.cfg.Guests, "hostile.wasm")}
-	if s.cfg.Guests == "" {
+	if s.cfg.Guests == "" && !s.cfg.NoPlugins {
 		if s.guests, err = buildGuests(ctx, s.cfg.Repo, s.cfg.Dir); err != nil {
 			return err
 		}
@@ -203,6 +210,9 @@ func (s *run) setup(ctx context.Context) error {
 		return err
 	}
 	for _, v := range victimSlots {
+		if s.cfg.NoPlugins {
+			break
+		}
 		if err := installGuest(s.pluginDir, v.name, s.guests.benign); err != nil {
 			return err
 		}
@@ -407,6 +417,10 @@ func (s *run) churnFor(ctx context.Context, d time.Duration) {
 	}
 	interval := time.Duration(float64(time.Second) / s.cfg.Rate)
 	end := time.Now().Add(d)
+	if s.probes != nil {
+		s.probes.churning.Store(true)
+		defer s.probes.churning.Store(false)
+	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for time.Now().Before(end) {
@@ -453,7 +467,9 @@ func (s *run) publish() {
 		}
 	}
 	var ts []target
+	writes := make(map[string]time.Time, len(s.churn.svcs))
 	for _, svc := range s.churn.svcs {
+		writes[svc.key()] = svc.lastWrite
 		for _, d := range svc.destinations(nodeIPs) {
 			if owner[d.addr] != svc {
 				continue
@@ -467,7 +483,9 @@ func (s *run) publish() {
 		}
 	}
 	s.faultRNG.Shuffle(len(ts), func(i, j int) { ts[i], ts[j] = ts[j], ts[i] })
+	s.probes.writes.Store(&writes)
 	s.probes.targets.Store(&ts)
+	s.probes.published.Store(time.Now().UnixNano())
 }
 
 // describeCached is svc.describe, computed again only after a write.
