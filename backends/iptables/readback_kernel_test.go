@@ -146,8 +146,9 @@ func TestKernelReadBackNodePortOptions(t *testing.T) {
 			t.Parallel()
 			eachFlavour(t, func(t *testing.T, fl string) {
 				topo := ktTopology(t)
-				common.NetNS = topo.Node.Fd()
-				b, err := New(Options{Common: common, Flavour: fl})
+				c := common
+				c.NetNS = topo.Node.Fd()
+				b, err := New(Options{Common: c, Flavour: fl})
 				if err != nil {
 					t.Fatal(err)
 				}
