@@ -11,11 +11,11 @@
 // endpoints for that traffic, with the plan's weights.
 //
 // The backend remembers what it programmed. A partial sync sends only the
-// changes of the changed services (and puts back their set entries) and
-// reads nothing back; a full sync reads Weir's virtual servers, the
-// interface's addresses and the ipsets back from the kernel, removes
-// strays, repairs drift, recreates what was removed (the interface, an
-// address, a set, a chain, a jump) and replaces a set of the wrong type.
+// changes of the changed services and reads nothing back; a full sync
+// reads Weir's virtual servers, the interface's addresses and the ipsets
+// back from the kernel, removes strays, repairs drift, recreates what was
+// removed (the interface, an address, a set, a chain, a jump) and
+// replaces a set of the wrong type.
 // IPVS has no transactions: a failed sync may leave part of its changes
 // applied, so Sync follows it at once with a full sync, which converges
 // from whatever the kernel holds.

@@ -220,13 +220,6 @@ func TestSetsFullAndPartial(t *testing.T) {
 	if err := reconcile(); err != nil || len(f.ops) != 0 {
 		t.Fatalf("second reconcile: ops %q, err %v", f.ops, err)
 	}
-	// A partial update adds every entry of the new state (one removed
-	// behind Weir's back comes back).
-	delete(f.sets[setClusterIP], fakeKey(toIpsetEntry(a)))
-	if err := updateSets(f, refs, []setEntry{a}, []setEntry{a}); err != nil || len(f.sets[setClusterIP]) != 1 || refs[a] != 1 {
-		t.Fatalf("update a service keeping its entry: ops %q, refs %v, err %v", f.ops, refs, err)
-	}
-	f.ops = nil
 	// b is shared by two services: dropping one keeps it.
 	if err := updateSets(f, refs, []setEntry{b}, nil); err != nil || len(f.ops) != 0 || refs[b] != 1 {
 		t.Fatalf("drop one of two references: ops %q, refs %v, err %v", f.ops, refs, err)

@@ -182,14 +182,14 @@ var damages = []damage{
 		must(t, "find "+DefaultInterface, err)
 		must(t, "delete "+vip.String(), h.AddrDel(l, hostAddr(vip)))
 	}},
-	{name: "ipset-flushed", partialRepairs: true, diverges: "anomaly: virtual servers on weir-ipvs0 in neither WEIR-IPVS-CLUSTER-IP nor WEIR-IPVS-EXTERNAL", do: func(t *testing.T, f *repairFixture) {
+	{name: "ipset-flushed", diverges: "anomaly: virtual servers on weir-ipvs0 in neither WEIR-IPVS-CLUSTER-IP nor WEIR-IPVS-EXTERNAL", do: func(t *testing.T, f *repairFixture) {
 		must(t, "flush "+setClusterIP, f.netlinkBehindTheBack(t).IpsetFlush(setClusterIP))
 	}},
-	{name: "ipset-destroyed", partialRepairs: true, diverges: "anomaly: ipsets missing: WEIR-IPVS-CLUSTER-IP", do: func(t *testing.T, f *repairFixture) {
+	{name: "ipset-destroyed", diverges: "anomaly: ipsets missing: WEIR-IPVS-CLUSTER-IP", do: func(t *testing.T, f *repairFixture) {
 		f.iptables(t, 4, "-t", "nat", "-F", chainServices) // the only rules using it
 		must(t, "destroy "+setClusterIP, f.netlinkBehindTheBack(t).IpsetDestroy(setClusterIP))
 	}},
-	{name: "ipset-recreated-with-another-type", partialRepairs: true, diverges: "anomaly: ipsets that are not what Weir creates: WEIR-IPVS-CLUSTER-IP: type hash:ip, want hash:ip,port", do: func(t *testing.T, f *repairFixture) {
+	{name: "ipset-recreated-with-another-type", diverges: "anomaly: ipsets that are not what Weir creates: WEIR-IPVS-CLUSTER-IP: type hash:ip, want hash:ip,port", do: func(t *testing.T, f *repairFixture) {
 		f.iptables(t, 4, "-t", "nat", "-F", chainServices)
 		h := f.netlinkBehindTheBack(t)
 		must(t, "destroy "+setClusterIP, h.IpsetDestroy(setClusterIP))

@@ -179,8 +179,7 @@ func (b *Backend) partialSync(ctx context.Context, p *plan.Plan, changed []plan.
 }
 
 // syncService moves one service from its last applied state to svc's
-// (nil: deleted), and puts back its set entries should they have been
-// removed.
+// (nil: deleted).
 func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service) error {
 	old := b.services[key]
 	for _, k := range old.keys() {
