@@ -40,6 +40,9 @@ type faultResult struct {
 	restart   bool
 	conv      convergence
 	firstSync time.Duration // after a restart: from the start to the first sync
+	// pluginLoad is the part of firstSync before "Starting Weir": loading
+	// the plugins (from the compilation cache) and the configuration.
+	pluginLoad time.Duration
 	healthz   int
 	// stalled says the machine stalled around the fault: its times are
 	// the machine's, not Weir's, and are not held to the targets.
@@ -49,7 +52,8 @@ type faultResult struct {
 func (r *faultResult) summary() string {
 	s := fmt.Sprintf("%s (%s): %s", r.kind, r.phase, describe(r.conv))
 	if r.restart {
-		s += fmt.Sprintf("; first sync %v after the start", r.firstSync.Round(time.Millisecond))
+		s += fmt.Sprintf("; first sync %v after the start (%v of it loading plugins)",
+			r.firstSync.Round(time.Millisecond), r.pluginLoad.Round(time.Millisecond))
 	}
 	if r.stalled {
 		s += "; the machine stalled meanwhile (times not held to the targets)"
@@ -217,6 +221,7 @@ func (r *report) writeConvergence(b *strings.Builder, fail func(string, ...any))
 		n, clean int
 		took     []time.Duration
 		first    []time.Duration
+		load     []time.Duration
 	}
 	byKind := map[string]*agg{}
 	var order []string
@@ -238,6 +243,7 @@ func (r *report) writeConvergence(b *strings.Builder, fail func(string, ...any))
 		}
 		if res.restart {
 			a.first = append(a.first, res.firstSync)
+			a.load = append(a.load, res.pluginLoad)
 		}
 		r.checkResult(res, fail)
 	}
@@ -257,8 +263,8 @@ func (r *report) writeConvergence(b *strings.Builder, fail func(string, ...any))
 			line += fmt.Sprintf(", median %v, max %v", medianDur(a.took), slices.Max(a.took).Round(time.Millisecond))
 		}
 		if len(a.first) > 0 {
-			line += fmt.Sprintf("; first sync after the start: median %v, max %v (target <= %v)",
-				medianDur(a.first), slices.Max(a.first).Round(time.Millisecond), restartTarget)
+			line += fmt.Sprintf("; first sync after the start: median %v, max %v (target <= %v; loading plugins: median %v)",
+				medianDur(a.first), slices.Max(a.first).Round(time.Millisecond), restartTarget, medianDur(a.load))
 		}
 		b.WriteString(line + "\n")
 	}

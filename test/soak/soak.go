@@ -400,7 +400,7 @@ func (s *run) measure(ctx context.Context, round int, kind, phase string, in inj
 	res.stalled = s.rep.stalledDuring(in.at.Add(-3*s.cfg.SyncPeriod), time.Now())
 	if in.restart {
 		p := s.d.current()
-		res.firstSync = p.firstSync()
+		res.firstSync, res.pluginLoad = p.firstSync(), p.pluginLoad()
 	}
 	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	res.healthz, _ = s.d.healthz(hctx)

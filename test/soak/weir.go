@@ -54,8 +54,18 @@ type weirProc struct {
 	fullSync chan struct{}
 	// flavour is the iptables flavour it logged, once it did.
 	flavour atomic.Pointer[string]
-	// synced is when it logged its first successful sync.
-	synced atomic.Pointer[time.Time]
+	// synced is when it logged its first successful sync; starting when
+	// it logged "Starting Weir", with its plugins loaded.
+	synced, starting atomic.Pointer[time.Time]
+}
+
+// pluginLoad is the time from the start to "Starting Weir": mostly the
+// plugins' loading; 0 when not logged yet.
+func (p *weirProc) pluginLoad() time.Duration {
+	if t := p.starting.Load(); t != nil {
+		return t.Sub(p.started)
+	}
+	return 0
 }
 
 // loggedFlavour is the iptables flavour the process logged, or "".
@@ -140,6 +150,10 @@ func (p *weirProc) scan(r io.Reader, log io.Writer) {
 		}
 		if m := flavourLine.FindStringSubmatch(line); m != nil {
 			p.flavour.Store(&m[1])
+		}
+		if p.starting.Load() == nil && strings.Contains(line, `msg="Starting Weir"`) {
+			now := time.Now()
+			p.starting.Store(&now)
 		}
 		if p.synced.Load() == nil && syncedLine.MatchString(line) {
 			now := time.Now()
