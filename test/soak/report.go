@@ -43,7 +43,7 @@ type faultResult struct {
 	// pluginLoad is the part of firstSync before "Starting Weir": loading
 	// the plugins (from the compilation cache) and the configuration.
 	pluginLoad time.Duration
-	healthz   int
+	healthz    int
 	// stalled says the machine stalled around the fault: its times are
 	// the machine's, not Weir's, and are not held to the targets.
 	stalled bool
