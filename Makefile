@@ -68,7 +68,7 @@ test-vm: vm-tools
 	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/vm/iptables.test ./backends/iptables/
 	CGO_ENABLED=0 $(GO) test -tags vm -c -o $(BIN)/vm/ipvs.test ./backends/ipvs/
 	$(GO) run ./hack/vmtest --modules $(NFT_MODULES) --host-files $(NFT_FILES) $(BIN)/vm/nftables.test -test.run 'TestKernel|TestConformance' -test.v
-	$(GO) run ./hack/vmtest --modules $(IPT_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/iptables.test -test.run 'TestKernel|TestConformance' -test.v
+	$(GO) run ./hack/vmtest --timeout 30m --modules $(IPT_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/iptables.test -test.run 'TestKernel|TestConformance' -test.v
 	$(GO) run ./hack/vmtest --timeout 45m --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/ipvs.test -test.run 'TestKernel|TestConformance' -test.v
 # weir sync --once and weir cleanup in mode ipvs end to end; the VM has no Go, so the test binary runs itself as weir
 	CGO_ENABLED=0 $(GO) test -tags vm -c -o $(BIN)/vm/weir.test ./cmd/weir/ && $(GO) run ./hack/vmtest --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/weir.test -test.run 'TestVMIPVS|TestIPVSConfig' -test.v
