@@ -45,6 +45,7 @@ func run() int {
 	flag.DurationVar(&cfg.LockHold, "lock-hold", time.Minute, "how long the xtables lock is held")
 	flag.StringVar(&cfg.Weir, "weir", "bin/weir", "the weir binary")
 	flag.StringVar(&cfg.Plugins, "plugins", "bin/plugins", "the folder of the built example plugins")
+	flag.BoolVar(&cfg.NoPlugins, "no-plugins", false, "run Weir without hook plugins, and so without the plugin faults")
 	flag.StringVar(&cfg.Guests, "guests", "", "folder of the prebuilt test guests benign.wasm and hostile.wasm (empty: build them)")
 	flag.StringVar(&reports, "reports", "bin/soak", "folder for the reports and, when a run fails, its logs")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep each run's folder (logs) even when it passed")
