@@ -24,18 +24,29 @@ type candidate struct {
 //   - Local policy: this node's ready endpoints, or, when it has none, this
 //     node's serving terminating ones.
 //
-// Each set is only computed when one of the service's policies uses it.
+// Each set is only computed when one of the service's policies uses it,
+// and for each IP family on its own.
 // Endpoints in neither set stay in the plan when they are ready or serving
 // terminating somewhere: a backend then knows the service has endpoints, just
 // none for this traffic (kube-proxy drops such traffic instead of rejecting
 // it). Other endpoints are left out.
 func endpoints(cfg Config, svc *plan.Service, sl []*discoveryv1.EndpointSlice) ([]plan.Endpoint, []Problem) {
 	all, problems := collect(cfg, svc.Key, sl)
-	if usesClusterEndpoints(svc) {
-		markCluster(cfg, all)
+	// Like kube-proxy, whose proxier is per IP family, each family is
+	// categorised on its own: IPv6 endpoints that are only terminating
+	// still serve IPv6 traffic when the IPv4 ones are ready. collect sorts
+	// IPv4 before IPv6.
+	split := slices.IndexFunc(all, func(c candidate) bool { return c.Address.Is6() })
+	if split < 0 {
+		split = len(all)
 	}
-	if usesLocalEndpoints(svc) {
-		markLocal(all)
+	for _, fam := range [][]candidate{all[:split], all[split:]} {
+		if usesClusterEndpoints(svc) {
+			markCluster(cfg, fam)
+		}
+		if usesLocalEndpoints(svc) {
+			markLocal(fam)
+		}
 	}
 	var out []plan.Endpoint
 	for _, c := range all {
