@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"golang.org/x/sys/cpu"
 
 	"github.com/weirproxy/weir/sdk/abi"
 	"github.com/weirproxy/weir/sdk/plan"
@@ -74,6 +76,10 @@ func load(ctx context.Context, s *settings, data []byte, sum string, cache wazer
 		return nil, fmt.Errorf("plugin %q: %s: %w", s.Name, s.Path, err)
 	}
 	p := &plugin{settings: s, sha: sum, log: log}
+	if !compilerSupported() {
+		log.Warn("This CPU cannot run wazero's compiled code (amd64 without SSE4.1); the plugin runs in wazero's interpreter, several times slower",
+			"plugin", s.Name)
+	}
 	if err := p.compile(ctx, data, cache); err != nil {
 		_ = p.close()
 		return nil, fmt.Errorf("plugin %q: %s: %w", s.Name, s.Path, err)
@@ -81,9 +87,18 @@ func load(ctx context.Context, s *settings, data []byte, sum string, cache wazer
 	return p, nil
 }
 
+// compilerSupported reports whether wazero compiles plugins to machine code
+// here, as it does on arm64 and on amd64 with SSE4.1.
+func compilerSupported() bool {
+	return runtime.GOARCH != "amd64" || cpu.X86.HasSSE41
+}
+
 // compile sets up the plugin's runtime and module and its first instance.
 func (p *plugin) compile(ctx context.Context, data []byte, cache wazero.CompilationCache) error {
-	cfg := wazero.NewRuntimeConfigCompiler().
+	// wazero compiles to machine code where it can (on amd64 it needs
+	// SSE4.1), and interprets elsewhere: slower, but a plugin still runs
+	// instead of the process dying of SIGILL.
+	cfg := wazero.NewRuntimeConfig().
 		WithCompilationCache(cache).
 		WithMemoryLimitPages(p.pages).
 		WithCloseOnContextDone(true)
