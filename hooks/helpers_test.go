@@ -1,7 +1,6 @@
 package hooks
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/internal/syncbuf"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/sdk/sdktest"
 )
@@ -99,22 +99,7 @@ func buildGuests() error {
 func guest(name string) string { return filepath.Join(guestDir, name+".wasm") }
 
 // logBuffer collects a chain's logs for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 // lines returns the log lines that contain every one of parts.
 func (l *logBuffer) lines(parts ...string) []string {

@@ -23,28 +23,9 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { b.Close() })
-			return readBackChecked{b, t}
+			return conformance.CheckReadBack(t, b)
 		}
 	})
-}
-
-// readBackChecked is a backend whose every successful sync is checked by
-// reading the kernel back.
-type readBackChecked struct {
-	*Backend
-	t *testing.T
-}
-
-// Sync syncs, then fails the test with every divergence between what p
-// expects and what the kernel does.
-func (c readBackChecked) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
-	if err := c.Backend.Sync(ctx, p, changed); err != nil {
-		return err
-	}
-	for _, d := range ktDivergences(c.t, c.Backend, p) {
-		c.t.Errorf("read back after the sync: %s", d)
-	}
-	return nil
 }
 
 // ktDivergences reads b's rules back and compares them with what p

@@ -11,7 +11,7 @@ import (
 )
 
 // TestConformance runs the shared kernel conformance table against this
-// backend.
+// backend, reading the kernel back after every sync.
 func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
 		b, err := New(Options{Common: backends.Common{NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll}})
@@ -19,7 +19,7 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close() })
-		return serialized{b}
+		return conformance.CheckReadBack(t, serialized{b})
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/internal/syncbuf"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -168,7 +169,7 @@ func TestKernelWeights(t *testing.T) {
 // TestKernelFailedCommitRebuilds makes a partial sync fail and checks that
 // the same Sync rebuilds the tables from scratch and commits the plan.
 func TestKernelFailedCommitRebuilds(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	topo, b := newCluster(t, Options{Common: backends.Common{Log: slog.New(slog.NewTextHandler(logs, nil))}})
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1))
 	p := testPlan(web)

@@ -1,20 +1,19 @@
 package nftables
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/internal/syncbuf"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -104,24 +103,6 @@ func runNft(t *testing.T, ns *netns.Namespace, cmds ...string) {
 	}
 }
 
-// logBuffer collects a backend's log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // rebuildLogged is the message Sync logs after rebuilding from scratch.
 const rebuildLogged = "rebuilt Weir's tables from scratch"
 
@@ -151,7 +132,7 @@ func TestKernelRepairsTampering(t *testing.T) {
 // had to rebuild from scratch, and that connections reach the plan's
 // endpoints again.
 func testRepair(t *testing.T, tm tampering, full bool) {
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	topo, b := newCluster(t, Options{Common: backends.Common{Log: slog.New(slog.NewTextHandler(logs, nil))}})
 	p, web := tamperPlan()
 	mustSync(t, b, p, nil)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/weirproxy/weir/internal/syncbuf"
 	"github.com/weirproxy/weir/test/netns"
 )
 
@@ -137,28 +136,10 @@ func weirEnv() []string {
 	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "WEIR_") })
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // daemon is a weir process running in the background.
 type daemon struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan struct{} // closed when it has exited
 	err  error         // what Wait returned, once done is closed
 }
@@ -168,7 +149,7 @@ type daemon struct {
 func startDaemon(t *testing.T, ns *netns.Namespace, weir string, args ...string) *daemon {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &daemon{out: &syncBuffer{}, done: make(chan struct{})}
+	d := &daemon{out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	// `ip netns exec` execs weir in place, so the process is weir itself
 	// and signals reach it directly.
 	d.cmd = ns.Command(ctx, weir, args...)

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,7 +34,7 @@ func TestKernelHealthAndMetrics(t *testing.T) {
 		"--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0")
 	healthAddr := waitServing(t, d, "healthzBindAddress")
 	metricsAddr := waitServing(t, d, "metricsBindAddress")
-	c := nsHTTPClient(topo.Node)
+	c := topo.Node.HTTPClient(5 * time.Second)
 	waitAnswer(t, d, topo.Client, webVIP)
 
 	if code, body := httpGet(t, c, "http://"+healthAddr+"/healthz"); code != http.StatusOK || !strings.Contains(body, `"nodeEligible": true`) {
@@ -124,19 +122,6 @@ func waitServing(t *testing.T, d *daemon, key string) string {
 	}
 	t.Fatalf("weir run did not log its %s server within 10s:\n%s", key, d.out)
 	return ""
-}
-
-// nsHTTPClient returns a client whose connections start in ns.
-func nsHTTPClient(ns *netns.Namespace) *http.Client {
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var conn net.Conn
-		err := ns.Do(func() (err error) {
-			conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-			return err
-		})
-		return conn, err
-	}
-	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
 }
 
 func httpGet(t *testing.T, c *http.Client, url string) (int, string) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/internal/syncbuf"
 	"github.com/weirproxy/weir/test/netns"
 )
 
@@ -93,7 +94,7 @@ func TestPlanStopsOnSIGTERM(t *testing.T) {
 func startHost(t *testing.T, weir string, args ...string) *daemon {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &daemon{out: &syncBuffer{}, done: make(chan struct{})}
+	d := &daemon{out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	d.cmd = exec.CommandContext(ctx, weir, args...)
 	d.cmd.Env = weirEnv()
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out

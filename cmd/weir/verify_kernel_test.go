@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/internal/syncbuf"
 	"github.com/weirproxy/weir/test/netns"
 )
 
@@ -20,7 +21,7 @@ func verifyOutput(t *testing.T, ns *netns.Namespace, weir string, args ...string
 	defer cancel()
 	cmd := ns.Command(ctx, weir, append([]string{"verify"}, args...)...)
 	cmd.Env = weirEnv()
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	code := 0

@@ -101,7 +101,7 @@ func TestWeirExternalTrafficPolicyLocal(t *testing.T) {
 	}
 	// The API server released the health check node port; Weir closes it.
 	hcB := "http://" + netip.AddrPortFrom(topoB.NodeIP, hc).String() + "/"
-	cB := nsHTTPClient(topoB.Client)
+	cB := topoB.Client.HTTPClient(3 * time.Second)
 	poll(t, programmingLimit, "node-b to close the released health check node port", func() bool {
 		_, _, err := get(cB, hcB)
 		return errors.Is(err, syscall.ECONNREFUSED)
@@ -146,7 +146,7 @@ func setLoadBalancerIP(t *testing.T, cp *controlplane.ControlPlane, name string,
 // answers code with want local endpoints.
 func waitHealth(t *testing.T, d *weirDaemon, ns *netns.Namespace, addr netip.AddrPort, code, want int) {
 	t.Helper()
-	c := nsHTTPClient(ns)
+	c := ns.HTTPClient(3 * time.Second)
 	var last string
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {

@@ -90,7 +90,7 @@ func startTrafficCluster(t *testing.T) *trafficCluster {
 
 	c.weir = startWeir(t, cp, c.topo.Node, trafficNode)
 	begin := time.Now()
-	c.metrics = nsHTTPClient(c.topo.Node)
+	c.metrics = c.topo.Node.HTTPClient(3 * time.Second)
 	waitSet(t, c.weir, c.topo.Client, c.vip, time.Minute, "web-0", "web-1", "web-2")
 	t.Logf("cluster IP %s served by web-0..2 %v after weir run was started", c.vip, time.Since(begin).Round(time.Millisecond))
 	return c

@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/internal/syncbuf"
 	"github.com/weirproxy/weir/test/e2e/controlplane"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -66,28 +65,10 @@ func weirBinary(t *testing.T) string {
 	return weirPath
 }
 
-// lockedBuffer is a bytes.Buffer safe for a writer and concurrent readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *lockedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lockedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // weirDaemon is `weir run` running in a node namespace.
 type weirDaemon struct {
 	name string
-	out  *lockedBuffer
+	out  *syncbuf.Buffer
 	done chan struct{} // closed once it has exited
 	err  error         // what Wait returned, once done is closed
 }
@@ -106,7 +87,7 @@ func startWeir(t *testing.T, cp *controlplane.ControlPlane, node *netns.Namespac
 		"--node-name", nodeName, "--cluster-cidrs", netns.DefaultPodCIDR.String(),
 		"--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &weirDaemon{name: nodeName, out: &lockedBuffer{}, done: make(chan struct{})}
+	d := &weirDaemon{name: nodeName, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd := node.Command(ctx, bin, args...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "WEIR_") })
 	cmd.Stdout, cmd.Stderr = d.out, d.out
@@ -208,110 +189,11 @@ func forwardAPIServer(t *testing.T, cp *controlplane.ControlPlane, ns *netns.Nam
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ln net.Listener
-	err = ns.Do(func() (err error) {
-		ln, err = net.Listen("tcp", u.Host)
-		return err
-	})
+	f, err := netns.Forward(ns, u.Host)
 	if err != nil {
 		t.Fatalf("forward the API server into %s: %v", ns.Name, err)
 	}
-	f := &forwarder{target: u.Host, conns: map[net.Conn]bool{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f.serve(ln)
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		f.closeAll()
-		f.wg.Wait()
-	})
-}
-
-// forwarder copies connections to target.
-type forwarder struct {
-	target string
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]bool
-}
-
-// serve accepts until ln is closed.
-func (f *forwarder) serve(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		f.wg.Go(func() { f.pipe(c) })
-	}
-}
-
-// pipe connects c to the target and copies both ways until either side
-// closes.
-func (f *forwarder) pipe(c net.Conn) {
-	up, err := net.DialTimeout("tcp", f.target, 5*time.Second)
-	if err != nil || !f.track(c, up) {
-		c.Close()
-		if up != nil {
-			up.Close()
-		}
-		return
-	}
-	defer f.untrack(c, up)
-	copied := make(chan struct{}, 2)
-	go func() { io.Copy(up, c); copied <- struct{}{} }()
-	go func() { io.Copy(c, up); copied <- struct{}{} }()
-	<-copied
-	c.Close()
-	up.Close()
-	<-copied
-}
-
-func (f *forwarder) track(conns ...net.Conn) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return false
-	}
-	for _, c := range conns {
-		f.conns[c] = true
-	}
-	return true
-}
-
-func (f *forwarder) untrack(conns ...net.Conn) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, c := range conns {
-		delete(f.conns, c)
-	}
-}
-
-// closeAll closes every open connection and refuses new ones.
-func (f *forwarder) closeAll() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	for c := range f.conns {
-		c.Close()
-	}
-}
-
-// nsHTTPClient returns an HTTP client whose connections start in ns.
-func nsHTTPClient(ns *netns.Namespace) *http.Client {
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var conn net.Conn
-		err := ns.Do(func() (err error) {
-			conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-			return err
-		})
-		return conn, err
-	}
-	return &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
+	t.Cleanup(f.Close)
 }
 
 // get fetches url with c and returns the status code and body.

@@ -38,7 +38,7 @@ type cluster struct {
 	client kubernetes.Interface // admin, with a rate limit fit for churn
 	topo   *netns.Topology
 	pods   []*netns.Pod
-	fwd    *forwarder
+	fwd    *netns.Forwarder
 	// kubeconfig authenticates as Weir's ServiceAccount, bound only by
 	// deploy/kubernetes's RBAC.
 	kubeconfig string
@@ -93,10 +93,10 @@ func startCluster(ctx context.Context, t *harnessT, cfg *Config) (*cluster, erro
 	if err != nil {
 		return nil, err
 	}
-	if c.fwd, err = forward(c.topo.Node, u.Host); err != nil {
+	if c.fwd, err = netns.Forward(c.topo.Node, u.Host); err != nil {
 		return nil, fmt.Errorf("forward the API server into the node: %w", err)
 	}
-	t.Cleanup(c.fwd.close)
+	t.Cleanup(c.fwd.Close)
 	return c, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -86,7 +85,7 @@ func (p *weirProc) firstSync() time.Duration {
 }
 
 func newDaemon(bin, config, dir string, node *netns.Namespace, env []string, logf func(string, ...any)) *daemon {
-	return &daemon{bin: bin, config: config, node: node, env: env, dir: dir, http: nsHTTPClient(node), logf: logf}
+	return &daemon{bin: bin, config: config, node: node, env: env, dir: dir, http: node.HTTPClient(3 * time.Second), logf: logf}
 }
 
 // start runs a new weir run process; the previous one must have exited.
@@ -300,19 +299,6 @@ func (d *daemon) healthz(ctx context.Context) (int, error) {
 	}
 	res.Body.Close()
 	return res.StatusCode, nil
-}
-
-// nsHTTPClient returns an HTTP client whose connections start in ns.
-func nsHTTPClient(ns *netns.Namespace) *http.Client {
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var conn net.Conn
-		err := ns.Do(func() (err error) {
-			conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-			return err
-		})
-		return conn, err
-	}
-	return &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
 }
 
 // tail returns the end of a log file, for a report.

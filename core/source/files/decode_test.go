@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/weirproxy/weir/internal/syncbuf"
 )
 
 func TestSplitYAML(t *testing.T) {
@@ -40,7 +42,7 @@ func TestSplitYAML(t *testing.T) {
 // count and the log.
 func decodeForTest(t *testing.T, path, data string) (objects, int, string) {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	objs, failures := decodeFile(log, path, []byte(data))
 	return objs, failures, logs.String()

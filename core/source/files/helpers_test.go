@@ -1,7 +1,6 @@
 package files
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/weirproxy/weir/internal/syncbuf"
 )
 
 const waitTimeout = 10 * time.Second
@@ -130,30 +131,12 @@ func (r *recorder) waitFor(t *testing.T, what string, cond func([]event) bool) [
 	}
 }
 
-// lockedBuffer is a log sink safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // harness runs a Source over a temporary directory.
 type harness struct {
 	t       *testing.T
 	dir     string
 	rec     *recorder
-	logs    *lockedBuffer
+	logs    *syncbuf.Buffer
 	cancel  context.CancelFunc
 	done    chan error
 	barrier int
@@ -162,7 +145,7 @@ type harness struct {
 
 // newHarness returns a harness over a fresh directory, not yet running.
 func newHarness(t *testing.T) *harness {
-	return &harness{t: t, dir: t.TempDir(), rec: &recorder{}, logs: &lockedBuffer{}}
+	return &harness{t: t, dir: t.TempDir(), rec: &recorder{}, logs: &syncbuf.Buffer{}}
 }
 
 // start runs the source and waits for OnSynced.

@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/weirproxy/weir/internal/syncbuf"
 )
 
 // testNode returns a decoded Node whose content is its label v.
@@ -31,7 +33,7 @@ type snapshot struct {
 // object delivered, duplicates are reported once per change of the files
 // defining an object, and delivered objects never change.
 func TestIncrementalDiffMatchesFullMerge(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	st := newState(slog.New(slog.NewTextHandler(logs, nil)))
 	rnd := rand.New(rand.NewPCG(5, 6))
 	paths := []string{"/m/a.yaml", "/m/b.yaml", "/m/sub/c.yaml", "/m/d.yaml"}

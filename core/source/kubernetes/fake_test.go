@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/weirproxy/weir/internal/syncbuf"
 )
 
 // waitTimeout bounds every poll of the tests.
@@ -195,29 +196,11 @@ func (r *recorder) snapshot() []string {
 	return append([]string(nil), r.calls...)
 }
 
-// lockedBuffer is a log sink safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // running is a source started by a test.
 type running struct {
 	t      *testing.T
 	rec    *recorder
-	logs   *lockedBuffer
+	logs   *syncbuf.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -229,7 +212,7 @@ var quick = tuning{backoffInitial: 20 * time.Millisecond, backoffMax: 100 * time
 // start runs a source on cfg with quick delays.
 func start(t *testing.T, cfg *rest.Config) *running {
 	t.Helper()
-	r := &running{t: t, rec: &recorder{}, logs: &lockedBuffer{}, done: make(chan error, 1)}
+	r := &running{t: t, rec: &recorder{}, logs: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	log := slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	src, err := New(cfg, Options{NodeName: "n1", Log: log})
 	if err != nil {

@@ -1,19 +1,18 @@
-package soak
+package netns
 
 import (
 	"io"
 	"net"
 	"sync"
 	"time"
-
-	"github.com/weirproxy/weir/test/netns"
 )
 
-// forwarder listens inside a namespace on the API server's own loopback
-// address and copies each connection to the API server outside, so the
-// control plane's kubeconfigs work unchanged in the node. While the API
-// server is down, a connection is closed at once, as a refused one would be.
-type forwarder struct {
+// Forwarder listens inside a namespace and copies each connection to a
+// target outside it. Tests forward a control plane's API server this way, on
+// its own loopback address, so its kubeconfigs work unchanged in a node
+// namespace; while the target is down, a connection is closed at once, as a
+// refused one would be.
+type Forwarder struct {
 	target string
 	ln     net.Listener
 	wg     sync.WaitGroup
@@ -23,9 +22,10 @@ type forwarder struct {
 	conns  map[net.Conn]bool
 }
 
-// forward starts a forwarder of addr (host:port) inside ns.
-func forward(ns *netns.Namespace, addr string) (*forwarder, error) {
-	f := &forwarder{target: addr, conns: map[net.Conn]bool{}}
+// Forward starts a Forwarder that listens on addr (host:port) inside ns and
+// connects to the same addr outside it.
+func Forward(ns *Namespace, addr string) (*Forwarder, error) {
+	f := &Forwarder{target: addr, conns: map[net.Conn]bool{}}
 	err := ns.Do(func() (err error) {
 		f.ln, err = net.Listen("tcp", addr)
 		return err
@@ -37,7 +37,7 @@ func forward(ns *netns.Namespace, addr string) (*forwarder, error) {
 	return f, nil
 }
 
-func (f *forwarder) serve() {
+func (f *Forwarder) serve() {
 	for {
 		c, err := f.ln.Accept()
 		if err != nil {
@@ -49,7 +49,7 @@ func (f *forwarder) serve() {
 
 // pipe copies between c and a new connection to the target until either
 // side closes.
-func (f *forwarder) pipe(c net.Conn) {
+func (f *Forwarder) pipe(c net.Conn) {
 	up, err := net.DialTimeout("tcp", f.target, 5*time.Second)
 	if err != nil || !f.track(c, up) {
 		c.Close()
@@ -68,7 +68,7 @@ func (f *forwarder) pipe(c net.Conn) {
 	<-copied
 }
 
-func (f *forwarder) track(conns ...net.Conn) bool {
+func (f *Forwarder) track(conns ...net.Conn) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -80,7 +80,7 @@ func (f *forwarder) track(conns ...net.Conn) bool {
 	return true
 }
 
-func (f *forwarder) untrack(conns ...net.Conn) {
+func (f *Forwarder) untrack(conns ...net.Conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range conns {
@@ -88,8 +88,8 @@ func (f *forwarder) untrack(conns ...net.Conn) {
 	}
 }
 
-// close stops listening, closes every connection and waits for the copies.
-func (f *forwarder) close() {
+// Close stops listening, closes every connection and waits for the copies.
+func (f *Forwarder) Close() {
 	f.ln.Close()
 	f.mu.Lock()
 	f.closed = true
