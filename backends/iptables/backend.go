@@ -78,10 +78,17 @@ type family struct {
 	// knowing them: found at takeover, or written by a restore of a sync
 	// that then failed. The next full sync deletes those it does not need.
 	stray map[string][]string
-	// seen is the stamp of the family's tables after the last successful
-	// sync, when stamped (see stamp.go).
+	// seen is the stamp of the family's tables as Weir last knew them
+	// whole, when stamped (see stamp.go).
 	seen    stamp
 	stamped bool
+	// base is the stamp taken as the current sync began (baseOK when it
+	// could be taken), checked whether this sync looked at the tables and
+	// found them as written, and wrote whether it ran any command that
+	// changes them: what restamp decides from.
+	base            stamp
+	baseOK, checked bool
+	wrote           bool
 	// verified is set once a look right after a rewrite saw what was
 	// written (see verify).
 	verified bool
@@ -143,10 +150,9 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 	}
 	var st syncStats
 	var err error
-	var intact []bool
+	b.takeBases()
 	switch kind {
 	case "partial":
-		intact = b.intactStamps()
 		st, err = b.partialSync(ctx, p, changed)
 	case "reconcile":
 		st, kind, err = b.reconcile(ctx, p)
@@ -164,41 +170,45 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 		// A lock timeout wrote nothing (or only filter, which the next
 		// reconcile notices): the retry need not rewrite everything.
 		b.synced = b.synced && isLockTimeout(err)
+		b.restamp()
 		return err
 	}
 	if kind == "rewrite" {
 		b.synced, b.rewritten = true, start
 	}
-	b.restamp(kind == "partial", intact)
+	b.restamp()
 	b.log.Debug("Synced iptables rules", "flavour", b.fl.name, "kind", kind, "services", len(p.Services),
 		"changed", len(changed), "restores", st.restores, "filterBytes", st.filter, "natBytes", st.nat,
 		"duration", time.Since(start))
 	return nil
 }
 
-// intactStamps says for each family whether its tables are unchanged since
-// the last sync.
-func (b *Backend) intactStamps() []bool {
-	out := make([]bool, len(b.fams))
-	for i, fam := range b.fams {
-		now, _, err := b.takeStamp(fam.f)
-		out[i] = err == nil && fam.stamped && now == fam.seen
+// takeBases takes each family's stamp as a sync begins.
+func (b *Backend) takeBases() {
+	for _, fam := range b.fams {
+		st, _, err := b.takeStamp(fam.f)
+		fam.base, fam.baseOK, fam.checked, fam.wrote = st, err == nil, false, false
 	}
-	return out
 }
 
-// restamp takes the stamps of the tables after a successful sync. After a
-// partial sync, a family whose tables someone else changed before it
-// (intact false) is left unstamped, so that the next reconcile looks at
-// them: the stamp must only ever vouch for tables as Weir wrote them.
-func (b *Backend) restamp(partial bool, intact []bool) {
-	for i, fam := range b.fams {
-		if partial && !intact[i] {
-			fam.stamped = false
-			continue
+// restamp decides, after a sync, whether each family's stamp still
+// vouches for its tables as Weir knows them. It does only when nothing at
+// all changed them during the sync (the stamp is still the one taken as it
+// began: no write of Weir's, nobody else's) and they were known whole then:
+// stamped with that very stamp, or looked at in this sync and found as
+// written. A sync that wrote leaves the family unstamped, so the next
+// reconcile looks: a stamp taken after Weir's own writes would also vouch
+// for whatever someone else changed while they ran (a chain deleted during
+// a partial sync stayed missing until the hourly rewrite).
+func (b *Backend) restamp() {
+	for _, fam := range b.fams {
+		known := fam.checked || (fam.stamped && fam.base == fam.seen)
+		vouch := fam.baseOK && known && !fam.wrote
+		if vouch {
+			now, _, err := b.takeStamp(fam.f)
+			vouch = err == nil && now == fam.base
 		}
-		st, _, err := b.takeStamp(fam.f)
-		fam.seen, fam.stamped = st, err == nil
+		fam.seen, fam.stamped = fam.base, vouch
 	}
 }
 
@@ -252,8 +262,7 @@ const driftLimit = 5
 // names that it did not write become stray, for the next rewrite to
 // delete. Without a working look it only checks the jump rules.
 func (b *Backend) damaged(ctx context.Context, fam *family, p *plan.Plan) (bool, error) {
-	now, who, err := b.takeStamp(fam.f)
-	if err == nil && fam.stamped && now == fam.seen {
+	if fam.baseOK && fam.stamped && fam.base == fam.seen {
 		return false, nil // nothing changed since the last sync
 	}
 	if b.lookBroken {
@@ -265,6 +274,7 @@ func (b *Backend) damaged(ctx context.Context, fam *family, p *plan.Plan) (bool,
 			b.log.Warn("iptables jump rules were missing; rewriting every chain", "flavour", b.fl.name, "family", int(fam.f), "error", err)
 			return true, nil
 		}
+		fam.checked = true
 		return false, nil
 	}
 	look, err := b.lookFamily(ctx, fam.f)
@@ -280,10 +290,11 @@ func (b *Backend) damaged(ctx context.Context, fam *family, p *plan.Plan) (bool,
 	diffs, n, unknown := drift(fam.last, newRenderer(fam.f, &b.opts, p.Node), look, driftLimit)
 	fam.stray = mergeChains(fam.stray, unknown)
 	if n == 0 {
+		fam.checked = true
 		return false, nil
 	}
 	args := []any{"flavour", b.fl.name, "family", int(fam.f), "differences", n, "found", strings.Join(diffs, "; ")}
-	if who != "" {
+	if _, who, _ := b.takeStamp(fam.f); who != "" {
 		args = append(args, "lastChangedBy", string(who))
 	}
 	b.log.Warn("Weir's iptables rules were changed behind its back; rewriting every chain", args...)
@@ -327,7 +338,7 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error)
 // the jump rules from the built-in chains are added where missing (see
 // jumpRestores; the others with ensureJumps).
 func (b *Backend) prepare(ctx context.Context, fam *family) error {
-	if now, _, err := b.takeStamp(fam.f); err == nil && fam.stamped && now == fam.seen {
+	if !fam.wrote && fam.baseOK && fam.stamped && fam.base == fam.seen {
 		return nil // as the last sync left them: nothing stray, no jump missing
 	}
 	look, err := b.lookFamily(ctx, fam.f)
@@ -342,6 +353,7 @@ func (b *Backend) prepare(ctx context.Context, fam *family) error {
 			if texts[table] == nil {
 				continue
 			}
+			fam.wrote = true
 			if err := runRestore(ctx, b.opts.NetNS, fam.tools.restore, texts[table]); err != nil {
 				return fmt.Errorf("iptables: add jump rules: %w", err)
 			}
@@ -492,6 +504,7 @@ func (b *Backend) apply(ctx context.Context, fam *family, r restore, st *syncSta
 			continue
 		}
 		st.restores++
+		fam.wrote = true
 		err := runRestore(ctx, b.opts.NetNS, fam.tools.restore, text)
 		if bare, ok := withoutList(text); ok && killed(err) && ctx.Err() == nil {
 			b.log.Warn("iptables-restore died listing the table first; retrying without", "error", err)

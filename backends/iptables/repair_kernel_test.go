@@ -230,9 +230,36 @@ func TestKernelRepair(t *testing.T) {
 				}
 				ktSync(t, b, p, nil)
 				wantServing(t, topo, p, "periodic full sync after the partial one")
+
+				tamperDuringPartialSync(t, b, h, p, c.tamper)
+				wantServing(t, topo, p, "periodic full sync after tampering during a partial sync")
 			})
 		}
 	})
+}
+
+// tamperDuringPartialSync adds a service to p with a partial sync during
+// which, between the sync's start and its first restore, tamper runs; then
+// it runs the periodic full sync, which must see the damage although the
+// partial sync's own writes changed the tables too.
+func tamperDuringPartialSync(t *testing.T, b *Backend, h hand, p *plan.Plan, tamper func(hand)) {
+	t.Helper()
+	extra := ktService("extra", netip.MustParseAddr("10.96.0.13"), ktPodA)
+	p.Services[extra.Key] = extra
+	tampered := false
+	b.rewrite = func(_ ipFamily, text []byte) []byte {
+		if !tampered {
+			tampered = true
+			tamper(h)
+		}
+		return text
+	}
+	ktSync(t, b, p, []plan.Key{extra.Key})
+	b.rewrite = nil
+	if !tampered {
+		t.Fatal("the partial sync ran no restore")
+	}
+	ktSync(t, b, p, nil)
 }
 
 // TestKernelForeignJumpToStaleChain has someone else's chain jump to the

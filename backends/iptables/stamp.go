@@ -13,9 +13,10 @@ import (
 // (look.go) is not needed. With iptables-nft it is the nftables ruleset
 // generation, which every commit of anyone in the network namespace
 // increments; with iptables-legacy the number of entries and the size of
-// the nat and filter blobs (GET_INFO). A change between the end of a
-// sync's last restore and the stamp taken after it is seen only at the
-// next change or rewrite.
+// the nat and filter blobs (GET_INFO). Neither tells Weir's own writes
+// from anyone else's, so a stamp vouches only for tables that nothing
+// changed since Weir last looked at them (see restamp): after a sync that
+// wrote, the next reconcile looks.
 
 // stamp identifies the state of a family's tables.
 type stamp struct {
