@@ -86,8 +86,9 @@ func New(ctx context.Context, plugins []Config, opts Options) (*Chain, error) {
 		return c, nil
 	}
 	c.cache = newCompilationCache(opts.CacheDir, c.log)
-	for _, s := range c.slots {
-		p, err := open(ctx, s.settings, c.cache, c.log)
+	errs := c.openAll(ctx)
+	for i, s := range c.slots {
+		err := errs[i]
 		if err != nil && s.FailurePolicy == PolicyClosed {
 			return nil, errors.Join(err, c.Close(ctx))
 		}
@@ -96,10 +97,28 @@ func New(ctx context.Context, plugins []Config, opts Options) (*Chain, error) {
 				"plugin", s.Name, "error", err)
 			continue
 		}
-		s.p = p
-		c.log.Info("Loaded plugin", "plugin", s.Name, "path", s.Path, "sha256", p.sha)
+		c.log.Info("Loaded plugin", "plugin", s.Name, "path", s.Path, "sha256", s.p.sha)
 	}
 	return c, nil
+}
+
+// openAll loads every slot's plugin, as many at once as there are CPUs
+// (compiling, or reading the compilation cache, and instantiating take
+// tens of milliseconds each, on the path to a restart's first sync), and
+// returns each slot's error.
+func (c *Chain) openAll(ctx context.Context) []error {
+	errs := make([]error, len(c.slots))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, s := range c.slots {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			s.p, errs[i] = open(ctx, s.settings, c.cache, c.log)
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // newCompilationCache returns a cache in dir, or in memory when dir is ""

@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"testing"
 	"time"
@@ -136,6 +137,32 @@ func BenchmarkCheck10k(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkRestart1k measures, per flavour, what a restart costs the
+// iptables backend at the soak's scale (1k services × 10 endpoints): New,
+// which detects the flavour when asked for auto, and its first full sync,
+// which takes over and rewrites the tables an earlier process left.
+func BenchmarkRestart1k(b *testing.B) {
+	for _, fl := range []string{flavourLegacy, flavourNFT} {
+		b.Run(fl, func(b *testing.B) {
+			p := benchkit.Plan(1000, 10, 1)
+			netNS := benchLoaded(b, b, fl, p).opts.NetNS
+			b.ResetTimer()
+			for range b.N {
+				be, err := New(Options{Common: backends.Common{NetNS: netNS, Log: slog.New(slog.DiscardHandler)}, Flavour: "auto"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if be.Flavour() != fl {
+					b.Fatalf("auto chose %s over tables of %s", be.Flavour(), fl)
+				}
+				if err := be.Sync(context.Background(), p, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

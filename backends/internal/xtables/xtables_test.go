@@ -151,3 +151,26 @@ func TestSaveErrorQuotesTheTool(t *testing.T) {
 		t.Errorf("Save error = %v, want the command, its exit and its complaint", err)
 	}
 }
+
+// TestChooseAutoSkipsTheNFTSave shows that auto does not list the nft rules
+// when legacy holds none: nft wins anyway, and on a node full of Weir's
+// own nft rules their listing is the slowest part of a restart.
+func TestChooseAutoSkipsTheNFTSave(t *testing.T) {
+	dir := fakeBins(t)
+	install(t, dir, Legacy, "")
+	install(t, dir, NFT, "")
+	ran := filepath.Join(dir, "nft-save-ran")
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		body := "#!/bin/sh\ntouch " + ran + "\n"
+		if err := os.WriteFile(filepath.Join(dir, cmd+"-nft-save"), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fl, err := Choose(t.Context(), 0, "auto")
+	if err != nil || fl.Name != NFT {
+		t.Fatalf("Choose(auto) = %v, %v; want nft", fl, err)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("Choose(auto) ran iptables-nft-save although legacy holds no rules")
+	}
+}

@@ -1,0 +1,103 @@
+package source
+
+import (
+	"context"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Prefetched is a source started before anything handles its changes: a
+// daemon lists its objects while it loads its backend and plugins, instead
+// of after. It holds what the source delivers until Run gives it a handler.
+type Prefetched struct {
+	mu      sync.Mutex
+	pending []func(Handler) // in the order the source delivered them
+	h       Handler         // nil until Run
+	done    chan struct{}   // closed when the source's Run returned
+	err     error           // what it returned
+}
+
+var (
+	_ Handler  = (*Prefetched)(nil)
+	_ Reporter = (*Prefetched)(nil)
+)
+
+// Prefetch starts src at once, running until ctx ends, and returns it as a
+// Prefetched source.
+func Prefetch(ctx context.Context, src Source) *Prefetched {
+	p := &Prefetched{done: make(chan struct{})}
+	go func() {
+		p.err = src.Run(ctx, p)
+		close(p.done)
+	}()
+	return p
+}
+
+// Run delivers to h, in order, every change the source delivered so far,
+// then each next one as it comes; it returns what the source's Run
+// returned, or nil when ctx ends first. It may be called once.
+func (p *Prefetched) Run(ctx context.Context, h Handler) error {
+	p.mu.Lock()
+	for _, deliver := range p.pending {
+		deliver(h)
+	}
+	p.pending, p.h = nil, h
+	p.mu.Unlock()
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// deliver hands one change to the handler, or holds it until there is one.
+func (p *Prefetched) deliver(fn func(Handler)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.h == nil {
+		p.pending = append(p.pending, fn)
+		return
+	}
+	fn(p.h)
+}
+
+// OnService passes a Service change on.
+func (p *Prefetched) OnService(prev, cur *corev1.Service) {
+	p.deliver(func(h Handler) { h.OnService(prev, cur) })
+}
+
+// OnEndpointSlice passes an EndpointSlice change on.
+func (p *Prefetched) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
+	p.deliver(func(h Handler) { h.OnEndpointSlice(prev, cur) })
+}
+
+// OnNode passes a Node change on.
+func (p *Prefetched) OnNode(prev, cur *corev1.Node) {
+	p.deliver(func(h Handler) { h.OnNode(prev, cur) })
+}
+
+// OnSynced passes the end of the initial objects on.
+func (p *Prefetched) OnSynced() {
+	p.deliver(func(h Handler) { h.OnSynced() })
+}
+
+// OnSourceDown passes the report on, to a handler that is a Reporter.
+func (p *Prefetched) OnSourceDown(err error) {
+	p.deliver(func(h Handler) {
+		if r, ok := h.(Reporter); ok {
+			r.OnSourceDown(err)
+		}
+	})
+}
+
+// OnSourceUp passes the report on, to a handler that is a Reporter.
+func (p *Prefetched) OnSourceUp() {
+	p.deliver(func(h Handler) {
+		if r, ok := h.(Reporter); ok {
+			r.OnSourceUp()
+		}
+	})
+}

@@ -1,0 +1,135 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// scripted is a source that delivers a first batch of changes at once, a
+// second batch when next is closed, and then returns err.
+type scripted struct {
+	next chan struct{}
+	err  error
+}
+
+func (s scripted) Run(ctx context.Context, h Handler) error {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
+	h.OnService(nil, svc)
+	h.(Reporter).OnSourceDown(errors.New("gone"))
+	h.(Reporter).OnSourceUp()
+	h.OnEndpointSlice(nil, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "a-1"}})
+	h.OnSynced()
+	<-s.next
+	h.OnService(svc, nil)
+	h.OnNode(nil, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
+	return s.err
+}
+
+// record is a handler and reporter that writes down what it got.
+type record struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *record) add(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, s)
+}
+
+func (r *record) OnService(prev, cur *corev1.Service) {
+	if cur == nil {
+		r.add("-svc " + prev.Name)
+		return
+	}
+	r.add("+svc " + cur.Name)
+}
+func (r *record) OnEndpointSlice(_, cur *discoveryv1.EndpointSlice) { r.add("+slice " + cur.Name) }
+func (r *record) OnNode(_, cur *corev1.Node)                        { r.add("+node " + cur.Name) }
+func (r *record) OnSynced()                                         { r.add("synced") }
+func (r *record) OnSourceDown(err error)                            { r.add("down " + err.Error()) }
+func (r *record) OnSourceUp()                                       { r.add("up") }
+
+// plain is a handler that is not a Reporter.
+type plain struct{ r record }
+
+func (p *plain) OnService(prev, cur *corev1.Service)                  { p.r.OnService(prev, cur) }
+func (p *plain) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) { p.r.OnEndpointSlice(prev, cur) }
+func (p *plain) OnNode(prev, cur *corev1.Node)                        { p.r.OnNode(prev, cur) }
+func (p *plain) OnSynced()                                            { p.r.OnSynced() }
+
+// TestPrefetch shows that a Prefetched source holds what its source
+// delivered before Run and hands it over first, in order, reports
+// included; then passes each later change on as it comes, and returns the
+// source's error.
+func TestPrefetch(t *testing.T) {
+	next := make(chan struct{})
+	boom := errors.New("boom")
+	p := Prefetch(context.Background(), scripted{next: next, err: boom})
+	// The source runs before Run: wait until it delivered its first batch.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		n := len(p.pending)
+		p.mu.Unlock()
+		if n == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the source delivered %d changes before Run, want 5", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r := &record{}
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(context.Background(), r) }()
+	close(next)
+	if err := <-errc; !errors.Is(err, boom) {
+		t.Errorf("Run returned %v, want the source's %v", err, boom)
+	}
+	want := []string{"+svc a", "down gone", "up", "+slice a-1", "synced", "-svc a", "+node n"}
+	if !slices.Equal(r.got, want) {
+		t.Errorf("delivered %q, want %q", r.got, want)
+	}
+}
+
+// TestPrefetchToPlainHandler shows that reports are dropped for a handler
+// that is not a Reporter, and that Run returns nil when its context ends
+// before the source stops.
+func TestPrefetchToPlainHandler(t *testing.T) {
+	next := make(chan struct{})
+	defer close(next)
+	p := Prefetch(context.Background(), scripted{next: next})
+	h := &plain{}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, h) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.r.mu.Lock()
+		got := slices.Clone(h.r.got)
+		h.r.mu.Unlock()
+		if len(got) == 3 {
+			if want := []string{"+svc a", "+slice a-1", "synced"}; !slices.Equal(got, want) {
+				t.Errorf("delivered %q, want %q", got, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the handler got %q, want 3 changes", got)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("Run returned %v after its context ended, want nil", err)
+	}
+}
