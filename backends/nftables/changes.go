@@ -11,18 +11,17 @@ import (
 
 // state is everything the backend has committed to the kernel.
 type state struct {
-	services   map[plan.Key]*serviceState
-	maps       map[uint32]int     // pools per total weight: endpoints-W users
-	chains     map[pickSpec]int   // elements sending packets to each pick chain
-	hairpin    map[netip.Addr]int // services per endpoint address
-	nextTarget uint32
-	podCIDRs   []netip.Prefix // what the pod-cidrs set holds
-	nodeAddrs  []netip.Prefix // what the nodeport-cidrs set holds with NodePortPrimary
+	services  map[plan.Key]*serviceState
+	maps      map[mapID]int      // entries drawing from each endpoints map
+	chains    map[pickSpec]int   // elements sending packets to each pick chain
+	hairpin   map[netip.Addr]int // services per endpoint address
+	podCIDRs  []netip.Prefix     // what the pod-cidrs set holds
+	nodeAddrs []netip.Prefix     // what the nodeport-cidrs set holds with NodePortPrimary
 }
 
 func newState() *state {
-	return &state{services: map[plan.Key]*serviceState{}, maps: map[uint32]int{}, chains: map[pickSpec]int{},
-		hairpin: map[netip.Addr]int{}, nextTarget: 1}
+	return &state{services: map[plan.Key]*serviceState{}, maps: map[mapID]int{}, chains: map[pickSpec]int{},
+		hairpin: map[netip.Addr]int{}}
 }
 
 // changes is a pending update of state: it is merged only after the kernel
@@ -32,23 +31,23 @@ type changes struct {
 	fam      *family
 	base     *state
 	services map[plan.Key]*serviceState // nil value: deleted
-	maps     map[uint32]int
+	maps     map[mapID]int
 	chains   map[pickSpec]int
 	hairpin  map[netip.Addr]int
-	next     uint32
-	// prior, in a full sync, is the state being replaced: services keep
-	// their target ids, so affinity entries stay valid.
-	prior     *state
+	// sticky holds the service ports whose sticky objects change.
+	sticky    []stickyChange
 	podCIDRs  []netip.Prefix
 	nodeAddrs []netip.Prefix
 	del, add  map[string][]element
 }
 
+// stickyChange is a change of one service port's sticky objects.
+type stickyChange struct{ old, cur *serviceState }
+
 func newChanges(base *state, f *family) *changes {
 	return &changes{fam: f,
-		base: base, services: map[plan.Key]*serviceState{}, maps: map[uint32]int{}, chains: map[pickSpec]int{},
-		hairpin: map[netip.Addr]int{},
-		next:    base.nextTarget, del: map[string][]element{}, add: map[string][]element{},
+		base: base, services: map[plan.Key]*serviceState{}, maps: map[mapID]int{}, chains: map[pickSpec]int{},
+		hairpin: map[netip.Addr]int{}, del: map[string][]element{}, add: map[string][]element{},
 	}
 }
 
@@ -65,11 +64,7 @@ func (c *changes) update(key plan.Key, svc *plan.Service) {
 	old := c.base.services[key]
 	var cur *serviceState
 	if svc != nil {
-		target, fresh := c.targetFor(key, old)
-		cur = newServiceState(svc, target, c.fam)
-		if cur != nil && fresh {
-			c.next += 2
-		}
+		cur = newServiceState(svc, c.fam)
 	}
 	if old == nil && cur == nil {
 		return
@@ -78,21 +73,9 @@ func (c *changes) update(key plan.Key, svc *plan.Service) {
 	c.entries(old, cur)
 	c.buckets(old, cur)
 	c.refcounts(old, cur)
-}
-
-// targetFor returns the key's target id: its current one, its one before a
-// full sync, or a fresh one (fresh is then true).
-func (c *changes) targetFor(key plan.Key, old *serviceState) (target uint32, fresh bool) {
-	if old != nil {
-		return old.internal.target, false
+	if (old != nil && old.affinity > 0) || (cur != nil && cur.affinity > 0) {
+		c.sticky = append(c.sticky, stickyChange{old: old, cur: cur})
 	}
-	if c.prior != nil {
-		c.next = max(c.next, c.prior.nextTarget)
-		if p := c.prior.services[key]; p != nil {
-			return p.internal.target, false
-		}
-	}
-	return c.next, true
 }
 
 func (c *changes) entries(old, cur *serviceState) {
@@ -100,59 +83,75 @@ func (c *changes) entries(old, cur *serviceState) {
 		return
 	}
 	if old != nil {
-		old.entryElements(func(set string, e element, spec *pickSpec) {
+		old.entryElements(func(set string, e element, d *draw) {
 			c.del[set] = append(c.del[set], e)
-			if spec != nil {
-				c.chains[*spec] = count(c.chains, c.base.chains, *spec) - 1
+			if spec, ok := old.pickSpec(d); ok {
+				c.chains[spec] = count(c.chains, c.base.chains, spec) - 1
 			}
 		})
 	}
 	if cur != nil {
-		cur.entryElements(func(set string, e element, spec *pickSpec) {
+		cur.entryElements(func(set string, e element, d *draw) {
 			c.add[set] = append(c.add[set], e)
-			if spec != nil {
-				c.chains[*spec] = count(c.chains, c.base.chains, *spec) + 1
+			if spec, ok := cur.pickSpec(d); ok {
+				c.chains[spec] = count(c.chains, c.base.chains, spec) + 1
 			}
 		})
 	}
 }
 
-// buckets records the bucket elements that change, pool by pool: only the
-// changed buckets when a pool keeps its target and weight, all of them
-// otherwise.
+// buckets records the bucket elements that change, entry by entry: only
+// the changed buckets when an entry keeps its weight, all of them
+// otherwise. Sticky chains hold their endpoints in rules, not buckets.
 func (c *changes) buckets(old, cur *serviceState) {
-	oldPools, curPools := old.pools(), cur.pools()
-	for _, o := range oldPools {
-		if i := slices.IndexFunc(curPools, func(p pool) bool { return samePoolShape(o, p) }); i >= 0 {
-			m := endpointsMap(o.weight())
-			idx := changedBuckets(o, curPools[i])
+	was, now := old.bucketDraws(), cur.bucketDraws()
+	find := func(ds []draw, d draw) int {
+		return slices.IndexFunc(ds, func(o draw) bool { return o.mapID() == d.mapID() && string(o.key) == string(d.key) })
+	}
+	for _, o := range was {
+		m := o.mapID().name()
+		if i := find(now, o); i >= 0 {
+			idx := changedBuckets(o.pool, now[i].pool)
 			c.del[m] = append(c.del[m], o.bucketElements(idx)...)
-			c.add[m] = append(c.add[m], curPools[i].bucketElements(idx)...)
-		} else if o.weight() > 0 {
-			m := endpointsMap(o.weight())
-			c.del[m] = append(c.del[m], o.bucketElements(o.allBuckets())...)
+			c.add[m] = append(c.add[m], now[i].bucketElements(idx)...)
+		} else {
+			c.del[m] = append(c.del[m], o.bucketElements(o.pool.allBuckets())...)
 		}
 	}
-	for _, p := range curPools {
-		if !slices.ContainsFunc(oldPools, func(o pool) bool { return samePoolShape(o, p) }) && p.weight() > 0 {
-			m := endpointsMap(p.weight())
-			c.add[m] = append(c.add[m], p.bucketElements(p.allBuckets())...)
+	for _, d := range now {
+		if find(was, d) < 0 {
+			m := d.mapID().name()
+			c.add[m] = append(c.add[m], d.bucketElements(d.pool.allBuckets())...)
 		}
 	}
 }
 
-func samePoolShape(a, b pool) bool { return a.target == b.target && a.weight() == b.weight() }
+// mapID is the endpoints map a draw's buckets are in.
+func (d draw) mapID() mapID { return mapID{lane: d.kind.lane(), weight: d.pool.weight()} }
+
+// pickSpec returns the shared pick chain an entry's draw goes through;
+// false for the other elements and for sticky chains.
+func (s *serviceState) pickSpec(d *draw) (pickSpec, bool) {
+	if d == nil || s.affinity > 0 {
+		return pickSpec{}, false
+	}
+	return pickSpec{kind: d.kind, weight: d.pool.weight()}, true
+}
+
+// bucketDraws returns the draws whose buckets are in endpoints maps.
+func (s *serviceState) bucketDraws() []draw {
+	if s == nil || s.affinity > 0 {
+		return nil
+	}
+	return s.draws()
+}
 
 func (c *changes) refcounts(old, cur *serviceState) {
-	for _, p := range old.pools() {
-		if p.weight() > 0 {
-			c.maps[p.weight()] = count(c.maps, c.base.maps, p.weight()) - 1
-		}
+	for _, d := range old.bucketDraws() {
+		c.maps[d.mapID()] = count(c.maps, c.base.maps, d.mapID()) - 1
 	}
-	for _, p := range cur.pools() {
-		if p.weight() > 0 {
-			c.maps[p.weight()] = count(c.maps, c.base.maps, p.weight()) + 1
-		}
+	for _, d := range cur.bucketDraws() {
+		c.maps[d.mapID()] = count(c.maps, c.base.maps, d.mapID()) + 1
 	}
 	for _, a := range old.hairpinAddrs() {
 		c.hairpin[a] = count(c.hairpin, c.base.hairpin, a) - 1
@@ -166,17 +165,20 @@ func (c *changes) refcounts(old, cur *serviceState) {
 // and pick chains, element deletions, element additions, then the chains and
 // maps nothing uses any more.
 func (c *changes) write(t *txn, l *layout) {
-	weights := sortedKeys(c.maps)
+	ids := sortedMaps(c.maps)
 	specs := sortedSpecs(c.chains)
-	for _, w := range weights {
-		if c.base.maps[w] == 0 && c.maps[w] > 0 {
-			l.addEndpointsMap(t, w)
+	for _, m := range ids {
+		if c.base.maps[m] == 0 && c.maps[m] > 0 {
+			l.addEndpointsMap(t, m)
 		}
 	}
 	for _, spec := range specs {
 		if c.base.chains[spec] == 0 && c.chains[spec] > 0 {
 			l.addPickChain(t, spec)
 		}
+	}
+	for _, sc := range c.sticky {
+		l.addSticky(t, sc.old, sc.cur)
 	}
 	for _, a := range sortedAddrs(c.hairpin) {
 		was, now := c.base.hairpin[a], c.hairpin[a]
@@ -198,11 +200,23 @@ func (c *changes) write(t *txn, l *layout) {
 			l.delPickChain(t, spec)
 		}
 	}
-	for _, w := range weights {
-		if c.base.maps[w] > 0 && c.maps[w] == 0 {
-			l.delEndpointsMap(t, w)
+	for _, sc := range c.sticky {
+		l.delSticky(t, sc.old.sticky(), sc.cur.sticky())
+	}
+	for _, m := range ids {
+		if c.base.maps[m] > 0 && c.maps[m] == 0 {
+			l.delEndpointsMap(t, m)
 		}
 	}
+}
+
+func sortedMaps(m map[mapID]int) []mapID {
+	ids := make([]mapID, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b mapID) int { return cmp.Or(cmp.Compare(a.weight, b.weight), cmp.Compare(a.lane, b.lane)) })
+	return ids
 }
 
 func sortedSpecs(m map[pickSpec]int) []pickSpec {
@@ -211,7 +225,7 @@ func sortedSpecs(m map[pickSpec]int) []pickSpec {
 		specs = append(specs, s)
 	}
 	slices.SortFunc(specs, func(a, b pickSpec) int {
-		return cmp.Or(cmp.Compare(a.weight, b.weight), cmp.Compare(a.kind, b.kind), cmp.Compare(a.affinity, b.affinity))
+		return cmp.Or(cmp.Compare(a.weight, b.weight), cmp.Compare(a.kind, b.kind))
 	})
 	return specs
 }
@@ -229,7 +243,6 @@ func (c *changes) commit() {
 	mergeCounts(s.maps, c.maps)
 	mergeCounts(s.chains, c.chains)
 	mergeCounts(s.hairpin, c.hairpin)
-	s.nextTarget = c.next
 	s.podCIDRs = c.podCIDRs
 	s.nodeAddrs = c.nodeAddrs
 }

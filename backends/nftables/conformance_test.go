@@ -19,7 +19,7 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close() })
-		return conformance.CheckReadBack(t, serialized{b})
+		return conformance.CheckReadBack(t, serialized{b, t})
 	})
 }
 
@@ -31,13 +31,21 @@ func TestConformance(t *testing.T) {
 // reports. A Weir process has one backend, so only tests meet it.
 var setIDs sync.Mutex
 
-// serialized is a backend whose calls hold setIDs.
-type serialized struct{ *Backend }
+// serialized is a backend whose calls hold setIDs; after every sync the nft
+// tool must list the tables.
+type serialized struct {
+	*Backend
+	t *testing.T
+}
 
 func (s serialized) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
 	setIDs.Lock()
-	defer setIDs.Unlock()
-	return s.Backend.Sync(ctx, p, changed)
+	err := s.Backend.Sync(ctx, p, changed)
+	setIDs.Unlock()
+	if err == nil {
+		nftLists(s.t, s.Backend)
+	}
+	return err
 }
 
 func (s serialized) Cleanup(ctx context.Context) error {

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -26,8 +25,9 @@ func describe(n int, set string, e element) string {
 	case set == setFirewallAllow:
 		s = fmt.Sprintf("%s . %s . %d . %s-%s", addrAt(e.Key, 0, n), protoText(e.Key[n]), binary.BigEndian.Uint16(e.Key[n+4:]),
 			addrAt(e.Key, ipKey, n), addrAt(e.KeyEnd, ipKey, n))
-	case strings.HasPrefix(set, "endpoints-"):
-		s = fmt.Sprintf("%d . %d", binary.BigEndian.Uint32(e.Key), binaryutil.NativeEndian.Uint32(e.Key[4:8]))
+	case isEndpointsMap(set):
+		k := len(e.Key) - 4
+		s = describe(n, "", element{Key: e.Key[:k]}) + fmt.Sprintf(" . %d", binaryutil.NativeEndian.Uint32(e.Key[k:]))
 	case len(e.Key) == ipKey:
 		s = fmt.Sprintf("%s . %s . %d", addrAt(e.Key, 0, n), protoText(e.Key[n]), binary.BigEndian.Uint16(e.Key[n+4:]))
 	case set == setHairpin:
@@ -68,4 +68,9 @@ func protoText(n byte) string {
 		return "sctp"
 	}
 	return fmt.Sprint(n)
+}
+
+func isEndpointsMap(name string) bool {
+	_, ok := parseEndpointsMap(name)
+	return ok
 }

@@ -36,10 +36,10 @@ func portKey(proto plan.Protocol, port uint16) []byte {
 	return concat([]byte{n}, port16(port))
 }
 
-// bucketKey is the endpoints map key "target . bucket"; numgen writes the
-// bucket in host byte order.
-func bucketKey(target, bucket uint32) []byte {
-	return concat(u32BE(target), binaryutil.NativeEndian.PutUint32(bucket))
+// bucketKey is the endpoints map key "entry key . bucket"; numgen writes
+// the bucket in host byte order.
+func bucketKey(key []byte, bucket uint32) []byte {
+	return concat(key, binaryutil.NativeEndian.PutUint32(bucket))
 }
 
 func endpointValue(ap netip.AddrPort) []byte {
@@ -50,12 +50,8 @@ func gotoElement(key []byte, chain string) element {
 	return element{Key: key, VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}}
 }
 
-func targetElement(key []byte, target uint32) element {
-	return element{Key: key, Val: u32BE(target)}
-}
-
-func bucketElement(target, bucket uint32, ep netip.AddrPort) element {
-	return element{Key: bucketKey(target, bucket), Val: endpointValue(ep)}
+func bucketElement(key []byte, bucket uint32, ep netip.AddrPort) element {
+	return element{Key: bucketKey(key, bucket), Val: endpointValue(ep)}
 }
 
 func hairpinElement(a netip.Addr) element {

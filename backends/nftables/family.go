@@ -50,20 +50,14 @@ func (f *family) addrWords() uint32 { return f.addrLen / 4 }
 
 // Registers. nf_tables refuses to read a register that the same rule did not
 // write first, so every rule loads what it needs itself. The lookup key
-// starts at regKey; the registers after the longest key hold the target and
-// bucket, and the endpoint ends at the last register.
+// starts at regKey, a pick chain's bucket right after the key, and the
+// endpoint ends at the last register.
 const (
 	regVerdict = 0
 	regScratch = 1  // 16-byte register for marks, flags and single addresses
 	regKey     = 8  // NFT_REG32_00: first word of a concatenated lookup key
 	regLast    = 23 // NFT_REG32_15
 )
-
-// regTarget holds the target id, right after an address . proto . port key.
-func (f *family) regTarget() uint32 { return regKey + f.addrWords() + 2 }
-
-// regBucket holds the numgen bucket, right after the target id.
-func (f *family) regBucket() uint32 { return f.regTarget() + 1 }
 
 // regEP holds the endpoint address; its port is in regLast.
 func (f *family) regEP() uint32 { return regLast - f.addrWords() }
@@ -85,16 +79,6 @@ func (f *family) ipKeyExprs() []expr.Any {
 // dnat rewrites the destination to the address in reg and port in regLast.
 func (f *family) dnat(reg uint32) expr.Any {
 	return &expr.NAT{Type: expr.NATTypeDestNAT, Family: f.nfproto, RegAddrMin: reg, RegProtoMin: regLast, Specified: true}
-}
-
-// pickAndDNAT chooses a bucket at random among weight buckets of the target
-// in regTarget and rewrites the destination to that bucket's endpoint.
-func (f *family) pickAndDNAT(weight uint32, endpointsMap string) []expr.Any {
-	return []expr.Any{
-		&expr.Numgen{Register: f.regBucket(), Modulus: weight, Type: unix.NFT_NG_RANDOM},
-		mapTo(f.regTarget(), endpointsMap, f.regEP()),
-		f.dnat(f.regEP()),
-	}
 }
 
 // addrInLoopback matches when the address load puts in regScratch is (in)

@@ -96,7 +96,7 @@ func TestGoldenFullSync(t *testing.T) {
 }
 
 // TestGoldenRefill shows a periodic full sync: the table stays, every object
-// is emptied and refilled, and the affinity map is left alone.
+// is emptied and refilled, and the affinity sets are left alone.
 func TestGoldenRefill(t *testing.T) {
 	b := offlineBackend(Options{})
 	web := svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 0, ep("10.244.0.11", 8080, 1), ep("10.244.0.12", 8080, 1))

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,7 @@ func mustSync(t *testing.T, b *Backend, p *plan.Plan, changed []plan.Key) {
 	if err := b.Sync(context.Background(), p, changed); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
+	nftLists(t, b)
 }
 
 var vip = netip.MustParseAddr("10.96.0.10")
@@ -180,8 +182,8 @@ func TestKernelFailedCommitRebuilds(t *testing.T) {
 	// whole transaction, which also carries a real change to web.
 	ghost := svc("default", "ghost", "", plan.TCP, "10.96.0.99", 80, 0, podEP(podC, 1))
 	v4 := b.tables[0].state
-	v4.services[ghost.Key] = newServiceState(ghost, 999, famV4)
-	v4.maps[1]++
+	v4.services[ghost.Key] = newServiceState(ghost, famV4)
+	v4.maps[mapID{lane: laneIP, weight: 1}]++
 	v4.chains[pickSpec{kind: pickCluster, weight: 1}]++
 	moved := web.Clone()
 	moved.Endpoints = []plan.Endpoint{podEP(podB, 1)}
@@ -250,14 +252,15 @@ func TestKernelOneChangeTouchesOneService(t *testing.T) {
 	p.Services[changedKey] = changed
 	mustSync(t, b, p, []plan.Key{changedKey})
 
-	target := b.tables[0].state.services[changedKey].internal.target
+	st := b.tables[0].state.services[changedKey]
+	entries := [][]byte{ipKey(st.ips[0], st.proto, st.port), portKey(st.proto, st.nodePort)}
 	got := <-events
 	if len(got) == 0 {
 		t.Fatal("saw no element changes for the one-service transaction")
 	}
 	for _, ev := range got {
-		if !ev.aboutTarget(target) && !ev.hairpinOf(podB, podC) {
-			t.Errorf("transaction touched %s, which is not service %s (target %d)", ev, changedKey, target)
+		if !ev.bucketOf(entries...) && !ev.hairpinOf(podB, podC) {
+			t.Errorf("transaction touched %s, which is not service %s", ev, changedKey)
 		}
 	}
 	addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, 1, 17}), 80)
@@ -369,6 +372,30 @@ func TestKernelSessionAffinity(t *testing.T) {
 	mustSync(t, b, p, nil)
 	netns.WantPods(t, "after a periodic full sync", netns.DialMany(t, topo.Client, addr, 10), first)
 	netns.WantPods(t, "the NodePort shares the affinity", netns.DialMany(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30095), 10), first)
+
+	// Like kube-proxy: another endpoint leaving keeps the client where it
+	// is; its own endpoint leaving sends it to one that stays, for good.
+	pods := map[string]netip.Addr{"pod-a": podA, "pod-b": podB, "pod-c": podC}
+	without := func(pod string) {
+		t.Helper()
+		cur := p.Services[sticky.Key].Clone()
+		cur.Endpoints = slices.DeleteFunc(cur.Endpoints, func(e plan.Endpoint) bool { return e.Address == pods[pod] })
+		p.Services[sticky.Key] = cur
+		mustSync(t, b, p, []plan.Key{sticky.Key})
+	}
+	for pod := range pods {
+		if pod != first {
+			without(pod)
+			break
+		}
+	}
+	netns.WantPods(t, "after another endpoint left", netns.DialMany(t, topo.Client, addr, 10), first)
+	without(first)
+	next := netns.DialMany(t, topo.Client, addr, 1)[0].Pod
+	if next == first {
+		t.Fatalf("the client still reaches %s, which left the service", first)
+	}
+	netns.WantPods(t, "after its own endpoint left", netns.DialMany(t, topo.Client, addr, 10), next)
 }
 
 func TestKernelLoadBalancerSourceRanges(t *testing.T) {

@@ -11,21 +11,21 @@ import (
 	"github.com/weirproxy/weir/backends"
 )
 
-// The layout, chosen for the kernel's cost (DESIGN §6): no per-service chains
-// or rules at all. Two verdict maps send a service's packets to a shared
-// "pick" chain per total weight W; that chain's single rule finds the
-// service's target id, draws a bucket with numgen random mod W and DNATs to
-// the endpoint stored for (target, bucket) in the endpoints-W map. Every map
-// is bound by exactly one rule, so loading 10k services costs element
-// insertions only, and changing one endpoint is one element replacement.
+// The layout, chosen for the kernel's cost (DESIGN §7): no per-service chains
+// or rules, except for ClientIP affinity (sticky.go). Verdict maps send a
+// destination's packets to a shared "pick" chain per kind and total weight
+// W; that chain's single rule draws a bucket with numgen random mod W and
+// DNATs to the endpoint the endpoints-W map stores for the destination's
+// key and that bucket. Each map is read by a few rules only, so loading 10k
+// services costs element insertions only, and changing one endpoint is an
+// element replacement per destination. Every rule is one the nft tool can
+// list: no lookup key holds another lookup's result.
 const (
 	chainServices    = "services"
 	chainMasquerade  = "masquerading"
 	chainEPCheck     = "endpoints-check"
 	setServiceIPs    = "service-ips"       // daddr . proto . port : goto pick-ip-W
-	setIPTargets     = "ip-targets"        // daddr . proto . port : target id
 	setNodePorts     = "service-nodeports" // proto . port : goto pick-np-W
-	setNPTargets     = "nodeport-targets"  // proto . port : target id
 	setNoEPIPs       = "no-endpoint-ips"
 	setNoEPNodePorts = "no-endpoint-nodeports"
 	setDropIPs       = "no-local-endpoint-ips"       // endpoints exist, none for this traffic: drop
@@ -34,18 +34,15 @@ const (
 	setPodCIDRs      = "pod-cidrs" // this Node's spec.podCIDRs, for DetectNodeCIDR
 	setNodePortCIDRs = "nodeport-cidrs"
 	setHairpin       = "hairpin"        // endpoint address . same address
-	setAffinity      = "affinity"       // target . client address : target . bucket, with timeouts
 	setFirewallIPs   = "firewall-ips"   // load-balancer IP . proto . port with source ranges
 	setFirewallAllow = "firewall-allow" // the same . allowed source range (intervals)
 	chainFirewall    = "firewall-check"
 )
 
-func endpointsMap(w uint32) string { return fmt.Sprintf("endpoints-%d", w) }
-
-var (
-	portKeyType = nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
-	bucketType  = nftables.MustConcatSetType(nftables.TypeInteger, nftables.TypeInteger)
-)
+// portKeyType is the key of node-port entries. Bucket numbers are typed
+// mark, an integer type of a known size: nft cannot list a concatenation
+// with its sizeless integer type.
+var portKeyType = nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
 
 // layout builds the kernel objects of one table.
 type layout struct {
@@ -81,14 +78,6 @@ func (l *layout) dataMap(name string, key, data nftables.SetDatatype) *nftables.
 	return s
 }
 
-// affinityMap remembers each ClientIP-affinity client's bucket; entries
-// expire after the service's timeout unless refreshed by a new connection.
-func (l *layout) affinityMap() *nftables.Set {
-	m := l.dataMap(setAffinity, nftables.MustConcatSetType(nftables.TypeInteger, l.fam.addrType), bucketType)
-	m.HasTimeout, m.Dynamic = true, true
-	return m
-}
-
 func (l *layout) intervalSet(name string) *nftables.Set {
 	s := l.set(name, l.fam.addrType)
 	s.Interval = true
@@ -97,31 +86,26 @@ func (l *layout) intervalSet(name string) *nftables.Set {
 
 // base appends the table and every object that does not depend on services.
 // With refill set the objects may exist already: each is emptied after being
-// ensured, except the affinity map, whose clients keep their endpoints.
+// ensured.
 func (l *layout) base(t *txn, refill bool) {
 	t.add(op{kind: opAddTable})
 	l.refill = refill
 	defer func() { l.refill = false }()
 	for _, s := range []*nftables.Set{
 		l.dataMap(setServiceIPs, l.fam.ipKeyType(), nftables.TypeVerdict),
-		l.dataMap(setIPTargets, l.fam.ipKeyType(), nftables.TypeInteger),
 		l.dataMap(setNodePorts, portKeyType, nftables.TypeVerdict),
-		l.dataMap(setNPTargets, portKeyType, nftables.TypeInteger),
 		l.set(setNoEPIPs, l.fam.ipKeyType()),
 		l.set(setNoEPNodePorts, portKeyType),
 		l.set(setDropIPs, l.fam.ipKeyType()),
 		l.set(setDropNodePorts, portKeyType),
 		l.set(setHairpin, l.fam.addrAddrType()),
 		l.dataMap(setShortIPs, l.fam.ipKeyType(), nftables.TypeVerdict),
-		l.dataMap(setShortIPTargets, l.fam.ipKeyType(), nftables.TypeInteger),
 		l.dataMap(setShortNodePorts, portKeyType, nftables.TypeVerdict),
-		l.dataMap(setShortNPTargets, portKeyType, nftables.TypeInteger),
 		l.set(setFirewallIPs, l.fam.ipKeyType()),
 		l.firewallAllowSet(),
 	} {
 		l.addSet(t, s)
 	}
-	t.add(op{kind: opAddSet, set: l.affinityMap()})
 	l.cidrSets(t)
 	l.baseChains(t)
 	l.serviceRules(t)
@@ -332,14 +316,23 @@ func (l *layout) endpointCheckRules(t *txn) {
 	}
 }
 
-// addEndpointsMap appends the map holding the buckets of every pool of total
-// weight w.
-func (l *layout) addEndpointsMap(t *txn, w uint32) {
-	t.add(op{kind: opAddSet, set: l.dataMap(endpointsMap(w), bucketType, l.fam.addrPortType())})
+// endpointsMap returns an endpoints map: "entry key . bucket" to endpoint.
+func (l *layout) endpointsMap(m mapID) *nftables.Set {
+	key := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark)
+	if !m.lane.portKeyed() {
+		key = nftables.MustConcatSetType(l.fam.addrType, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark)
+	}
+	return l.dataMap(m.name(), key, l.fam.addrPortType())
 }
 
-func (l *layout) delEndpointsMap(t *txn, w uint32) {
-	t.add(op{kind: opDelSet, set: l.dataMap(endpointsMap(w), bucketType, l.fam.addrPortType())})
+// addEndpointsMap appends the map holding the buckets of every entry of
+// one lane whose pool has one total weight.
+func (l *layout) addEndpointsMap(t *txn, m mapID) {
+	t.add(op{kind: opAddSet, set: l.endpointsMap(m)})
+}
+
+func (l *layout) delEndpointsMap(t *txn, m mapID) {
+	t.add(op{kind: opDelSet, set: l.endpointsMap(m)})
 }
 
 // delPickChain removes a pick chain once no element refers to it.

@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -27,10 +26,15 @@ func (e elementEvent) String() string {
 	return fmt.Sprintf("%s element key %x value %x", verb, e.key, e.val)
 }
 
-// aboutTarget reports whether the element is an endpoints-W bucket of target:
-// key "target . bucket", value "address . port".
-func (e elementEvent) aboutTarget(target uint32) bool {
-	return len(e.key) == 8 && len(e.val) == 8 && binary.BigEndian.Uint32(e.key) == target
+// bucketOf reports whether the element is a bucket of one of the entry
+// keys: key "entry key . bucket", value "address . port".
+func (e elementEvent) bucketOf(keys ...[]byte) bool {
+	for _, k := range keys {
+		if len(e.key) == len(k)+4 && string(e.key[:len(k)]) == string(k) && len(e.val) == 8 {
+			return true
+		}
+	}
+	return false
 }
 
 // hairpinOf reports whether the element is the hairpin entry of one of addrs:

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -35,22 +34,15 @@ const (
 
 var pickNames = [...]string{"ip", "ext", "ext-local", "np", "np-local", "short-ip", "short-np"}
 
-// pickSpec identifies one shared pick chain: every service pool with the same
-// kind, total weight and affinity timeout goes through the same chain.
+// pickSpec identifies one shared pick chain: every entry without ClientIP
+// affinity whose pool has the same kind and total weight goes through the
+// same chain.
 type pickSpec struct {
 	kind   pickKind
 	weight uint32
-	// affinity is the ClientIP affinity timeout in seconds; 0 for none.
-	affinity uint32
 }
 
-func (p pickSpec) chain() string {
-	name := fmt.Sprintf("pick-%s-%d", pickNames[p.kind], p.weight)
-	if p.affinity > 0 {
-		name += fmt.Sprintf("-sticky-%d", p.affinity)
-	}
-	return name
-}
+func (p pickSpec) chain() string { return fmt.Sprintf("pick-%s-%d", pickNames[p.kind], p.weight) }
 
 // parsePickChain returns the spec a pick chain's name stands for; false
 // when the name is not one Weir gives a pick chain.
@@ -60,17 +52,11 @@ func parsePickChain(name string) (pickSpec, bool) {
 		return pickSpec{}, false
 	}
 	for k, kindName := range pickNames {
-		nums, ok := strings.CutPrefix(rest, kindName+"-")
-		if !ok {
-			continue
-		}
-		w, sticky, hasSticky := strings.Cut(nums, "-sticky-")
-		spec := pickSpec{kind: pickKind(k), weight: parseUint32(w)}
-		if hasSticky {
-			spec.affinity = parseUint32(sticky)
-		}
-		if spec.weight > 0 && spec.chain() == name {
-			return spec, true
+		if w, ok := strings.CutPrefix(rest, kindName+"-"); ok {
+			spec := pickSpec{kind: pickKind(k), weight: parseUint32(w)}
+			if spec.weight > 0 && spec.chain() == name {
+				return spec, true
+			}
 		}
 	}
 	return pickSpec{}, false
@@ -85,48 +71,106 @@ func parseUint32(s string) uint32 {
 	return uint32(n)
 }
 
-// keyExprs loads the chain's lookup key at regKey and returns the map that
-// turns it into a target id.
-func (p pickSpec) keyExprs(f *family) ([]expr.Any, string, string) {
-	switch p.kind {
+// lane is the verdict map a kind's entries are in: it decides the shape of
+// their keys and the endpoints maps their pick chains draw from.
+type lane uint8
+
+const (
+	laneIP lane = iota
+	laneNodePort
+	laneShortIP
+	laneShortNodePort
+)
+
+var laneMaps = [...]string{"endpoints-", "nodeport-endpoints-", "local-origin-endpoints-", "local-origin-nodeport-endpoints-"}
+
+func (k pickKind) lane() lane {
+	switch k {
 	case pickNodePort, pickNodePortLocal:
-		return portKeyExprs(), setNPTargets, "meta l4proto . th dport"
-	case pickShortNP:
-		return portKeyExprs(), setShortNPTargets, "meta l4proto . th dport"
+		return laneNodePort
 	case pickShortIP:
-		return f.ipKeyExprs(), setShortIPTargets, "ip daddr . meta l4proto . th dport"
+		return laneShortIP
+	case pickShortNP:
+		return laneShortNodePort
 	}
-	return f.ipKeyExprs(), setIPTargets, "ip daddr . meta l4proto . th dport"
+	return laneIP
+}
+
+// mapID names one endpoints map: the buckets of every pool of total weight
+// W drawn through the verdict map of one lane.
+type mapID struct {
+	lane   lane
+	weight uint32
+}
+
+func (m mapID) name() string { return fmt.Sprintf("%s%d", laneMaps[m.lane], m.weight) }
+
+// parseEndpointsMap returns the map a name stands for; false when it is not
+// the name of an endpoints map.
+func parseEndpointsMap(name string) (mapID, bool) {
+	// The longest prefix first: "endpoints-" ends the others.
+	for l := len(laneMaps) - 1; l >= 0; l-- {
+		if w, ok := strings.CutPrefix(name, laneMaps[l]); ok {
+			m := mapID{lane: lane(l), weight: parseUint32(w)}
+			return m, m.weight > 0 && m.name() == name
+		}
+	}
+	return mapID{}, false
+}
+
+// portKeyed reports whether the lane's keys are "protocol . port".
+func (l lane) portKeyed() bool { return l == laneNodePort || l == laneShortNodePort }
+
+// keyExprs loads the lane's lookup key at regKey and returns its nft text
+// and its length in registers.
+func (l lane) keyExprs(f *family) ([]expr.Any, string, uint32) {
+	if l.portKeyed() {
+		return portKeyExprs(), "meta l4proto . th dport", 2
+	}
+	return f.ipKeyExprs(), "ip daddr . meta l4proto . th dport", f.addrWords() + 2
 }
 
 // addPickChain appends the chain for spec with its rules.
 func (l *layout) addPickChain(t *txn, spec pickSpec) {
 	c := l.chain(spec.chain())
 	t.add(op{kind: opAddChain, chain: c})
-	if spec.kind == pickShortIP || spec.kind == pickShortNP {
-		t.add(op{kind: opAddRule, chain: c, rule: shortCircuitMasquerade()})
-	}
-	if r := l.masqueradeRule(spec.kind); r != nil {
+	for _, r := range l.kindRules(spec.kind) {
 		t.add(op{kind: opAddRule, chain: c, rule: r})
 	}
-	if spec.kind == pickNodePortLocal && l.opts.LocalhostNodePorts {
+	t.add(op{kind: opAddRule, chain: c, rule: l.pickRule(spec)})
+}
+
+// kindRules returns the rules a kind's chains start with: they mark what
+// must be masqueraded.
+func (l *layout) kindRules(kind pickKind) []*rule {
+	var out []*rule
+	if kind == pickShortIP || kind == pickShortNP {
+		out = append(out, shortCircuitMasquerade())
+	}
+	if r := l.masqueradeRule(kind); r != nil {
+		out = append(out, r)
+	}
+	if kind == pickNodePortLocal && l.opts.LocalhostNodePorts {
 		// A reply cannot go back to 127.0.0.1 from a pod: masquerade localhost.
-		t.add(op{kind: opAddRule, chain: c, rule: &rule{
+		out = append(out, &rule{
 			text:  fmt.Sprintf("ip saddr 127.0.0.0/8 meta mark set meta mark | %#x", masqueradeMark),
 			exprs: append(l.fam.addrInLoopback(l.fam.loadSaddr(regScratch), true), setMarkBit(masqueradeMark, false)...),
-		}})
+		})
 	}
-	if spec.affinity > 0 {
-		t.add(op{kind: opAddRule, chain: c, rule: stickyHitRule(l.fam, spec)})
-		t.add(op{kind: opAddRule, chain: c, rule: stickyNewRule(l.fam, spec)})
-		return
-	}
-	key, targets, keyText := spec.keyExprs(l.fam)
-	w := spec.weight
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text:  fmt.Sprintf("dnat to %s map @%s . numgen random mod %d map @%s", keyText, targets, w, endpointsMap(w)),
-		exprs: append(append(key, mapTo(regKey, targets, l.fam.regTarget())), l.fam.pickAndDNAT(w, endpointsMap(w))...),
-	}})
+	return out
+}
+
+// pickRule draws a bucket of the packet's entry at random and rewrites the
+// destination to that bucket's endpoint: the key with the bucket after it
+// is the endpoints map's key.
+func (l *layout) pickRule(spec pickSpec) *rule {
+	key, keyText, words := spec.kind.lane().keyExprs(l.fam)
+	m := mapID{lane: spec.kind.lane(), weight: spec.weight}.name()
+	exprs := append(key,
+		&expr.Numgen{Register: regKey + words, Modulus: spec.weight, Type: unix.NFT_NG_RANDOM},
+		mapTo(regKey, m, l.fam.regEP()),
+		l.fam.dnat(l.fam.regEP()))
+	return &rule{text: fmt.Sprintf("dnat to %s . numgen random mod %d map @%s", keyText, spec.weight, m), exprs: exprs}
 }
 
 // masqueradeRule returns the rule marking a kind's packets for masquerading,
@@ -139,52 +183,4 @@ func (l *layout) masqueradeRule(kind pickKind) *rule {
 		return &rule{text: fmt.Sprintf("meta mark set meta mark | %#x", masqueradeMark), exprs: setMarkBit(masqueradeMark, false)}
 	}
 	return nil
-}
-
-// stickyHitRule sends a client with a live affinity entry to the bucket it
-// had, refreshing the entry's timeout. Registers: the key from regKey, the
-// target at regTarget with the client address after it (the affinity key),
-// the entry's "target . bucket" back at regKey, the endpoint at regEP.
-func stickyHitRule(f *family, spec pickSpec) *rule {
-	key, targets, keyText := spec.keyExprs(f)
-	w := spec.weight
-	exprs := append(key,
-		mapTo(regKey, targets, f.regTarget()),
-		f.loadSaddr(f.regTarget()+1),
-		mapTo(f.regTarget(), setAffinity, regKey),
-		mapTo(regKey, endpointsMap(w), f.regEP()),
-		updateAffinity(f.regTarget(), regKey, spec.affinity),
-		f.dnat(f.regEP()))
-	return &rule{
-		text: fmt.Sprintf("%s map @%s . ip saddr map @%s update @%s timeout %ds, dnat to that bucket of @%s",
-			keyText, targets, setAffinity, setAffinity, spec.affinity, endpointsMap(w)),
-		exprs: exprs,
-	}
-}
-
-// stickyNewRule draws a bucket for a client without an entry and records it.
-// Registers: "target . bucket" at regTarget, the endpoint at regEP, then
-// the target again at regKey (over the key, no longer needed) with the
-// client address after it.
-func stickyNewRule(f *family, spec pickSpec) *rule {
-	key, targets, keyText := spec.keyExprs(f)
-	w := spec.weight
-	exprs := append(key,
-		mapTo(regKey, targets, f.regTarget()),
-		&expr.Numgen{Register: f.regBucket(), Modulus: w, Type: unix.NFT_NG_RANDOM},
-		mapTo(f.regTarget(), endpointsMap(w), f.regEP()),
-		mapTo(regKey, targets, regKey),
-		f.loadSaddr(regKey+1),
-		updateAffinity(regKey, f.regTarget(), spec.affinity),
-		f.dnat(f.regEP()))
-	return &rule{
-		text: fmt.Sprintf("%s map @%s . numgen random mod %d: record in @%s timeout %ds, dnat to that bucket of @%s",
-			keyText, targets, w, setAffinity, spec.affinity, endpointsMap(w)),
-		exprs: exprs,
-	}
-}
-
-func updateAffinity(keyReg, dataReg, seconds uint32) expr.Any {
-	return &expr.Dynset{SrcRegKey: keyReg, SrcRegData: dataReg, SetName: setAffinity,
-		Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: time.Duration(seconds) * time.Second}
 }

@@ -229,6 +229,7 @@ var readBackTamperings = map[string][]struct{ field, text string }{
 	"base chain policy drop":                {{"", "chain filter-forward is hooked as"}},
 	"foreign chain jumping to a pick chain": {{"", "chain intruder is not Weir's"}},
 	"foreign rule using an endpoints map":   {{"", "chain intruder is not Weir's"}},
+	"flush sticky chain":                    {{"", "which does not hold Weir's rules for a sticky chain"}},
 }
 
 func TestKernelReadBackNamesTampering(t *testing.T) {
@@ -276,7 +277,7 @@ func TestKernelReadBackNamesForeignObjects(t *testing.T) {
 	for _, text := range []string{
 		"set visitors is not Weir's",
 		"chain services holds a rule Weir did not write: payload, cmp, drop",
-		"cluster IP 10.96.0.99:80/TCP (service-ips) has no target in ip-targets",
+		"cluster IP 10.96.0.99:80/TCP has no buckets in endpoints-3",
 	} {
 		if !hasAnomaly(divs, text) {
 			t.Errorf("no anomaly %q; got:\n%s", text, formatDivergences(divs))
@@ -298,13 +299,13 @@ func TestKernelReadBackMissingBuckets(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	p, web := tamperPlan()
 	mustSync(t, b, p, nil)
-	target := b.tables[0].state.services[web.Key].internal.target
+	entry := ipKey(vip, web.Key.Protocol, web.Port)
 	conn, err := nftables.New(nftables.WithNetNSFd(topo.Node.Fd()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := &nftables.Set{Table: b.tables[0].layout.table, Name: endpointsMap(3)}
-	if err := conn.SetDeleteElements(set, []nftables.SetElement{{Key: bucketKey(target, 1)}}); err != nil {
+	set := &nftables.Set{Table: b.tables[0].layout.table, Name: mapID{lane: laneIP, weight: 3}.name()}
+	if err := conn.SetDeleteElements(set, []nftables.SetElement{{Key: bucketKey(entry, 1)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := conn.Flush(); err != nil {

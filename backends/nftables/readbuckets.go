@@ -23,36 +23,24 @@ import (
 // socket's receive buffer.
 const bucketWindow = 1024
 
-// vmapTargets pairs each verdict map with the map holding its targets.
-var vmapTargets = [...]struct{ vmap, targets string }{
-	{setServiceIPs, setIPTargets}, {setNodePorts, setNPTargets},
-	{setShortIPs, setShortIPTargets}, {setShortNodePorts, setShortNPTargets},
-}
+// pickMaps are the verdict maps whose entries go to pick chains.
+var pickMaps = [...]string{setServiceIPs, setNodePorts, setShortIPs, setShortNodePorts}
 
 // bucketKeys returns, per endpoints map present, the key of every bucket
-// the verdict maps' entries can draw: target . 0 to W-1 for the target of
-// each entry and the weight W its pick chain's name stands for.
+// the verdict maps' entries can draw: the entry's key . 0 to W-1 for the
+// weight W its pick chain's name stands for.
 func (d *tableDump) bucketKeys() map[string][][]byte {
 	out := map[string][][]byte{}
-	seen := map[[2]uint32]bool{} // weight, target
-	for _, m := range vmapTargets {
-		targets := make(map[string]uint32, len(d.elems[m.targets]))
-		for _, e := range d.elems[m.targets] {
-			if len(e.Val) == 4 {
-				targets[string(e.Key)] = binary.BigEndian.Uint32(e.Val)
-			}
-		}
-		for _, e := range d.elems[m.vmap] {
+	for _, vmap := range pickMaps {
+		for _, e := range d.elems[vmap] {
 			chain, _ := gotoChain(e.Val)
 			spec, ok := parsePickChain(chain)
-			target, known := targets[string(e.Key)]
-			name := endpointsMap(spec.weight)
-			if !ok || !known || d.sets[name] == nil || seen[[2]uint32{spec.weight, target}] {
+			name := mapID{lane: spec.kind.lane(), weight: spec.weight}.name()
+			if !ok || d.sets[name] == nil {
 				continue
 			}
-			seen[[2]uint32{spec.weight, target}] = true
 			for b := range spec.weight {
-				out[name] = append(out[name], bucketKey(target, b))
+				out[name] = append(out[name], bucketKey(e.Key, b))
 			}
 		}
 	}

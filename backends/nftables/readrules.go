@@ -13,10 +13,15 @@ import (
 // a rule Weir builds and the same rule read back compare equal: the kernel
 // names a register holding 128 bits by its 128-bit number (NFT_REG32_00
 // comes back as NFT_REG_1), and a NAT range it was given one end of by both
-// ends. Nil when an expression cannot be encoded.
+// ends. The netlink library drops byteorder expressions when it reads a
+// rule, so they are left out here too. Nil when an expression cannot be
+// encoded.
 func ruleBytes(fam nftables.TableFamily, exprs []expr.Any) []byte {
 	var out []byte
 	for _, e := range exprs {
+		if _, ok := e.(*expr.Byteorder); ok {
+			continue
+		}
 		b, err := expr.Marshal(byte(fam), normalized(e))
 		if err != nil {
 			return nil

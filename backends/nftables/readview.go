@@ -6,10 +6,8 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
 	"github.com/mdlayher/netlink"
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
@@ -18,8 +16,8 @@ import (
 
 // reader interprets one table, as read from the kernel, by Weir's layout:
 // the service-ips and service-nodeports maps send a destination to a pick
-// chain, which looks its target up in ip-targets or nodeport-targets and
-// draws one of the target's buckets in endpoints-W; the no-endpoint and
+// chain, which draws one of the destination's buckets in its lane's
+// endpoints-W map, or to a service port's sticky chain; the no-endpoint and
 // no-local-endpoint sets refuse or drop it; the local-origin maps
 // short-circuit what the node and its pods send; the firewall sets limit
 // the sources of load-balancer IPs. A map counts only when the rules that
@@ -40,10 +38,10 @@ type reader struct {
 	// the firewall and short-circuit entries of those are not anomalies.
 	from map[backends.Destination]string
 	seen map[string]bool
-	// targets and buckets index the targets maps by key and the
-	// endpoints maps by weight, target and bucket.
-	targets map[string]map[string]uint32
-	buckets map[uint32]map[[2]uint32]netip.AddrPort
+	// buckets indexes each endpoints map by its keys.
+	buckets map[string]map[string]netip.AddrPort
+	// sticky holds the sticky chains read so far.
+	sticky map[string]*stickyRead
 }
 
 type layoutRule struct {
@@ -54,7 +52,7 @@ type layoutRule struct {
 func newReader(l *layout, d *tableDump, v *backends.View) *reader {
 	return &reader{l: l, d: d, v: v, rules: map[string][]layoutRule{}, hooked: map[string]bool{},
 		picks: map[string]pickSpec{}, from: map[backends.Destination]string{}, seen: map[string]bool{},
-		targets: map[string]map[string]uint32{}, buckets: map[uint32]map[[2]uint32]netip.AddrPort{}}
+		buckets: map[string]map[string]netip.AddrPort{}, sticky: map[string]*stickyRead{}}
 }
 
 func (r *reader) anomaly(format string, args ...any) {
@@ -75,16 +73,16 @@ func (r *reader) read() {
 	natIn := r.hooked[chainNATPrerouting]
 	nodePorts := r.nodePortsServed()
 	forward, input := r.hooked[chainFilterForward], r.hooked[chainFilterInput]
-	r.forwardEntries(setServiceIPs, setIPTargets, natIn && r.uses(chainServices, setServiceIPs))
-	r.forwardEntries(setNodePorts, setNPTargets, natIn && nodePorts && r.uses(chainServices, setNodePorts))
+	r.forwardEntries(setServiceIPs, natIn && r.uses(chainServices, setServiceIPs))
+	r.forwardEntries(setNodePorts, natIn && nodePorts && r.uses(chainServices, setNodePorts))
 	r.unservedEntries(setNoEPIPs, backends.VerdictReject, forward && r.uses(chainEPCheck, setNoEPIPs))
 	r.unservedEntries(setNoEPNodePorts, backends.VerdictReject, input && nodePorts && r.uses(chainEPCheck, setNoEPNodePorts))
 	r.unservedEntries(setDropIPs, backends.VerdictDrop, forward && r.uses(chainEPCheck, setDropIPs))
 	r.unservedEntries(setDropNodePorts, backends.VerdictDrop, input && nodePorts && r.uses(chainEPCheck, setDropNodePorts))
 	r.firewall(r.hooked[chainFilterPrerouting] && r.uses(chainFirewall, setFirewallIPs))
 	local := natIn && r.hooked[chainNATOutput]
-	r.shortCircuit(setShortIPs, setShortIPTargets, local && r.uses(chainServices, setShortIPs))
-	r.shortCircuit(setShortNodePorts, setShortNPTargets, local && nodePorts && r.uses(chainServices, setShortNodePorts))
+	r.shortCircuit(setShortIPs, local && r.uses(chainServices, setShortIPs))
+	r.shortCircuit(setShortNodePorts, local && nodePorts && r.uses(chainServices, setShortNodePorts))
 }
 
 // checkChains compares the base and regular chains with the layout's, in
@@ -114,7 +112,7 @@ func (r *reader) checkChains(t *txn) {
 		r.hooked[h.name] = r.d.chains[h.name] != nil && r.uses(h.name, "")
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.d.chains)) {
-		if _, pick := parsePickChain(name); !pick && !slices.ContainsFunc(want, func(c *nftables.Chain) bool { return c.Name == name }) {
+		if _, pick := parsePickChain(name); !pick && !isStickyChain(name) && !slices.ContainsFunc(want, func(c *nftables.Chain) bool { return c.Name == name }) {
 			r.anomaly("chain %s is not Weir's", name)
 		}
 	}
@@ -184,17 +182,10 @@ func (r *reader) checkSets(t *txn) {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.d.sets)) {
-		if _, ok := endpointsWeight(name); !ok && !want[name] {
+		if _, ok := parseEndpointsMap(name); !ok && !isAffinitySet(name) && !want[name] {
 			r.anomaly("set %s is not Weir's", name)
 		}
 	}
-}
-
-// endpointsWeight returns W for the name of an endpoints-W map.
-func endpointsWeight(name string) (uint32, bool) {
-	w, ok := strings.CutPrefix(name, "endpoints-")
-	n := parseUint32(w)
-	return n, ok && n > 0 && endpointsMap(n) == name
 }
 
 // checkPicks keeps the pick chains whose rules are the layout's for the
@@ -257,7 +248,7 @@ func (k entryKey) dest(kind backends.DestinationKind) backends.Destination {
 // portKeyed reports whether a set's keys are "protocol . port".
 func portKeyed(set string) bool {
 	switch set {
-	case setNodePorts, setNPTargets, setNoEPNodePorts, setDropNodePorts, setShortNodePorts, setShortNPTargets:
+	case setNodePorts, setNoEPNodePorts, setDropNodePorts, setShortNodePorts:
 		return true
 	}
 	return false
@@ -319,28 +310,52 @@ var pickKinds = map[string]map[pickKind]backends.DestinationKind{
 }
 
 // pickEntry decodes an element of a verdict map sending a destination to a
-// pick chain.
-func (r *reader) pickEntry(vmap string, e nftables.SetElement) (backends.Destination, pickSpec, bool) {
+// pick chain or a sticky chain, and returns what it draws from.
+func (r *reader) pickEntry(vmap string, e nftables.SetElement) (backends.Destination, drawn, bool) {
 	k, ok := r.decodeKey(vmap, e.Key)
 	if !ok {
-		return backends.Destination{}, pickSpec{}, false
+		return backends.Destination{}, drawn{}, false
 	}
 	chain, ok := gotoChain(e.Val)
 	if !ok {
 		r.anomaly("%s sends %s elsewhere than to a chain (verdict %x)", vmap, k, e.Val)
-		return backends.Destination{}, pickSpec{}, false
+		return backends.Destination{}, drawn{}, false
+	}
+	if isStickyChain(chain) {
+		return r.stickyEntry(vmap, k, chain)
 	}
 	spec, ok := r.picks[chain]
 	if !ok {
 		r.anomaly("%s sends %s to chain %s, which does not hold Weir's rules for a pick chain", vmap, k, chain)
-		return backends.Destination{}, pickSpec{}, false
+		return backends.Destination{}, drawn{}, false
 	}
 	kind, ok := pickKinds[vmap][spec.kind]
 	if !ok {
 		r.anomaly("%s sends %s to %s, a pick chain for other traffic", vmap, k, chain)
-		return backends.Destination{}, pickSpec{}, false
+		return backends.Destination{}, drawn{}, false
 	}
-	return k.dest(kind), spec, true
+	return k.dest(kind), drawn{spec: spec}, true
+}
+
+// drawn is what an entry's chain draws from: the entry's buckets in a pick
+// chain's endpoints map, or the endpoints a sticky chain holds.
+type drawn struct {
+	spec   pickSpec
+	sticky *stickyRead
+}
+
+// stickyEntry returns what a sticky chain that vmap sends k to draws from.
+func (r *reader) stickyEntry(vmap string, k entryKey, chain string) (backends.Destination, drawn, bool) {
+	s, ok := r.sticky[chain]
+	if !ok {
+		s = r.readSticky(vmap, chain)
+		r.sticky[chain] = s
+	}
+	if s == nil {
+		r.anomaly("%s sends %s to chain %s, which does not hold Weir's rules for a sticky chain", vmap, k, chain)
+		return backends.Destination{}, drawn{}, false
+	}
+	return k.dest(pickKinds[vmap][s.kind]), drawn{sticky: s}, true
 }
 
 // gotoChain decodes a verdict map element's data: the chain of a goto.
@@ -365,33 +380,42 @@ func gotoChain(val []byte) (string, bool) {
 
 // forwardEntries reads a verdict map of destinations that are forwarded;
 // with on false the rules do not read it (already named as an anomaly).
-func (r *reader) forwardEntries(vmap, targets string, on bool) {
+func (r *reader) forwardEntries(vmap string, on bool) {
 	for _, e := range r.d.elems[vmap] {
-		d, spec, ok := r.pickEntry(vmap, e)
+		d, from, ok := r.pickEntry(vmap, e)
 		if !ok || !on {
 			continue
 		}
-		if eps, ok := r.pool(vmap, targets, e.Key, d, spec.weight); ok {
-			r.put(vmap, d, backends.Forwarding{Verdict: backends.VerdictForward, Endpoints: eps, AffinitySeconds: spec.affinity})
+		if eps, ok := r.pool(from, e.Key, d); ok {
+			r.put(vmap, d, backends.Forwarding{Verdict: backends.VerdictForward, Endpoints: eps, AffinitySeconds: from.affinity()})
 		}
 	}
 }
 
-// pool returns the endpoints, with their numbers of buckets, of the target
-// that the targets map holds for key: what a pick chain of weight w, which
-// vmap sends d to, draws from. False (after naming the anomaly) when
-// nothing can be drawn.
-func (r *reader) pool(vmap, targets string, key []byte, d backends.Destination, w uint32) (map[netip.AddrPort]uint32, bool) {
-	target, ok := r.target(targets, key)
-	if !ok {
-		r.anomaly("%s (%s) has no target in %s", d, vmap, targets)
-		return nil, false
+func (d drawn) affinity() uint32 {
+	if d.sticky != nil {
+		return d.sticky.timeout
 	}
-	buckets := r.bucketsOf(w)
+	return 0
+}
+
+// pool returns the endpoints, with their numbers of buckets, that the
+// chain an entry of key goes to draws from. False (after naming the
+// anomaly) when nothing can be drawn.
+func (r *reader) pool(from drawn, key []byte, d backends.Destination) (map[netip.AddrPort]uint32, bool) {
 	eps := map[netip.AddrPort]uint32{}
+	if from.sticky != nil {
+		for _, w := range from.sticky.eps {
+			eps[w.ep] += w.n
+		}
+		return eps, true
+	}
+	w := from.spec.weight
+	m := mapID{lane: from.spec.kind.lane(), weight: w}.name()
+	buckets := r.bucketsOf(m)
 	var missing []uint32
 	for b := range w {
-		if ep, ok := buckets[[2]uint32{target, b}]; ok {
+		if ep, ok := buckets[string(bucketKey(key, b))]; ok {
 			eps[ep]++
 		} else {
 			missing = append(missing, b)
@@ -399,46 +423,29 @@ func (r *reader) pool(vmap, targets string, key []byte, d backends.Destination, 
 	}
 	switch {
 	case len(eps) == 0:
-		r.anomaly("%s: target %d has no buckets in %s; connections are not translated", d, target, endpointsMap(w))
+		r.anomaly("%s has no buckets in %s; connections are not translated", d, m)
 		return nil, false
 	case len(missing) > 0:
-		r.anomaly("%s: target %d lacks buckets %v of %s; connections drawing them are not translated", d, target, missing, endpointsMap(w))
+		r.anomaly("%s lacks buckets %v of %s; connections drawing them are not translated", d, missing, m)
 	}
 	return eps, true
 }
 
-// target returns the target id a targets map holds for key.
-func (r *reader) target(targets string, key []byte) (uint32, bool) {
-	m, ok := r.targets[targets]
-	if !ok {
-		m = make(map[string]uint32, len(r.d.elems[targets]))
-		for _, e := range r.d.elems[targets] {
-			if len(e.Val) == 4 {
-				m[string(e.Key)] = binary.BigEndian.Uint32(e.Val)
-			}
-		}
-		r.targets[targets] = m
-	}
-	t, ok := m[string(key)]
-	return t, ok
-}
-
-// bucketsOf indexes endpoints-W by target and bucket.
-func (r *reader) bucketsOf(w uint32) map[[2]uint32]netip.AddrPort {
-	if m, ok := r.buckets[w]; ok {
+// bucketsOf indexes an endpoints map by its keys.
+func (r *reader) bucketsOf(name string) map[string]netip.AddrPort {
+	if m, ok := r.buckets[name]; ok {
 		return m
 	}
 	n := int(r.l.fam.addrLen)
-	m := map[[2]uint32]netip.AddrPort{}
-	for _, e := range r.d.elems[endpointsMap(w)] {
-		if len(e.Key) != 8 || len(e.Val) < n+2 {
-			r.anomaly("%s holds a malformed element %x : %x", endpointsMap(w), e.Key, e.Val)
+	m := map[string]netip.AddrPort{}
+	for _, e := range r.d.elems[name] {
+		if len(e.Val) < n+2 {
+			r.anomaly("%s holds a malformed element %x : %x", name, e.Key, e.Val)
 			continue
 		}
-		key := [2]uint32{binary.BigEndian.Uint32(e.Key), binaryutil.NativeEndian.Uint32(e.Key[4:])}
-		m[key] = netip.AddrPortFrom(addrAt(e.Val, 0, n), binary.BigEndian.Uint16(e.Val[n:]))
+		m[string(e.Key)] = netip.AddrPortFrom(addrAt(e.Val, 0, n), binary.BigEndian.Uint16(e.Val[n:]))
 	}
-	r.buckets[w] = m
+	r.buckets[name] = m
 	return m
 }
 
@@ -510,10 +517,10 @@ func rangePrefix(first, last netip.Addr) (netip.Prefix, bool) {
 
 // shortCircuit reads a local-origin verdict map: the endpoints that
 // connections from the node and its pods to a destination reach.
-func (r *reader) shortCircuit(vmap, targets string, on bool) {
+func (r *reader) shortCircuit(vmap string, on bool) {
 	for _, e := range r.d.elems[vmap] {
 		elsewhere := r.seen[string(e.Key)]
-		d, spec, ok := r.pickEntry(vmap, e)
+		d, from, ok := r.pickEntry(vmap, e)
 		if !ok || !on {
 			continue
 		}
@@ -524,7 +531,7 @@ func (r *reader) shortCircuit(vmap, targets string, on bool) {
 			}
 			continue
 		}
-		if eps, ok := r.pool(vmap, targets, e.Key, d, spec.weight); ok {
+		if eps, ok := r.pool(from, e.Key, d); ok {
 			f.ShortCircuit = eps
 			r.v.Destinations[d] = f
 		}

@@ -33,7 +33,7 @@ type tampering struct {
 	// that block its own changes: only a rebuild from scratch removes
 	// them, so the periodic full sync takes that path too.
 	foreign bool
-	// keepsAffinity is set when the affinity map survives the tampering:
+	// keepsAffinity is set when the affinity sets survive the tampering:
 	// a periodic full sync then keeps every client on its endpoint.
 	keepsAffinity bool
 	// fullOnly is set when the tampering touches nothing a partial sync
@@ -51,13 +51,15 @@ var tamperings = []tampering{
 		"delete element ip weir service-ips { 10.96.0.10 . tcp . 80 }", "delete chain ip weir pick-ip-3"}},
 	{name: "delete elements", keepsAffinity: true, nft: []string{
 		"delete element ip weir service-ips { 10.96.0.10 . tcp . 80 }",
-		"delete element ip weir ip-targets { 10.96.0.10 . tcp . 80 }",
+		"delete element ip weir endpoints-3 { 10.96.0.10 . tcp . 80 . 1 }",
 		"delete element ip weir service-nodeports { tcp . 30080 }"}},
 	{name: "base chain policy drop", keepsAffinity: true, fullOnly: true, nft: []string{
 		"add chain ip weir filter-forward { type filter hook forward priority -10; policy drop; }"}},
 	{name: "foreign chain jumping to a pick chain", foreign: true, nft: []string{
 		"add chain ip weir intruder", "add rule ip weir intruder jump pick-ip-3"}},
 	{name: "foreign rule using an endpoints map", foreign: true, plant: plantEndpointsLookup},
+	{name: "flush sticky chain", keepsAffinity: true, fullOnly: true, nft: []string{
+		"flush chain ip weir sticky-ip-default/sticky/http/tcp"}},
 }
 
 // plantEndpointsLookup adds a chain of its own to Weir's table with a rule
@@ -75,7 +77,9 @@ func plantEndpointsLookup(t *testing.T, fd int) {
 	conn.AddRule(&nftables.Rule{Table: table, Chain: c, Exprs: []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: regKey},
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: regKey + 1},
-		&expr.Lookup{SourceRegister: regKey, SetName: endpointsMap(3), DestRegister: regKey + 2, IsDestRegSet: true},
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: regKey + 2},
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: regKey + 3},
+		&expr.Lookup{SourceRegister: regKey, SetName: "endpoints-3", DestRegister: regKey + 4, IsDestRegSet: true},
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	}})
 	if err := conn.Flush(); err != nil {
@@ -157,6 +161,7 @@ func testRepair(t *testing.T, tm tampering, full bool) {
 	if err := b.Sync(context.Background(), p, changed); err != nil {
 		t.Fatalf("sync after tampering (%s): %v", tm.name, err)
 	}
+	nftLists(t, b)
 	rebuilt := strings.Contains(logs.String(), rebuildLogged)
 	if wantRebuild := tm.foreign || !full; rebuilt != wantRebuild {
 		t.Errorf("rebuilt from scratch: %v, want %v; log:\n%s", rebuilt, wantRebuild, logs)

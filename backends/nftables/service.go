@@ -11,10 +11,8 @@ import (
 // reduced sum exceeds it are scaled down proportionally.
 const maxBuckets = 4096
 
-// pool is a set of buckets under one target id: the endpoints one kind of
-// traffic is balanced over.
+// pool is the endpoints one kind of traffic is balanced over, as buckets.
 type pool struct {
-	target uint32
 	// buckets holds the endpoint of every bucket; its length is the pool's
 	// total weight W, zero when the traffic has no endpoint to go to.
 	buckets []netip.AddrPort
@@ -24,6 +22,9 @@ func (p pool) weight() uint32 { return uint32(len(p.buckets)) }
 
 // serviceState is what the backend wrote to the kernel for one service port.
 type serviceState struct {
+	// key names the service port; the affinity sets and sticky chains
+	// carry it in their names.
+	key      plan.Key
 	proto    plan.Protocol
 	port     uint16
 	nodePort uint16
@@ -37,7 +38,7 @@ type serviceState struct {
 	// affinity is the ClientIP affinity timeout in seconds, 0 for none.
 	affinity uint32
 	// internal serves cluster-IP traffic, external serves node ports and
-	// external IPs. They share a target when they hold the same endpoints.
+	// external IPs.
 	internal, external pool
 	// externalLocal keeps the client's address on external traffic
 	// (externalTrafficPolicy: Local): no masquerade.
@@ -52,14 +53,13 @@ type serviceState struct {
 }
 
 // newServiceState computes the state a plan service needs, or nil when the
-// service has nothing this backend can program (no IPv4 address, no node
-// port). A service takes two target ids: target for internal traffic and
-// target+1 for external traffic when it differs.
-func newServiceState(svc *plan.Service, target uint32, f *family) *serviceState {
+// service has nothing this backend can program (no address of the family,
+// no node port).
+func newServiceState(svc *plan.Service, f *family) *serviceState {
 	if _, err := protoNumber(svc.Key.Protocol); err != nil {
 		return nil
 	}
-	st := &serviceState{proto: svc.Key.Protocol, port: svc.Port, nodePort: svc.NodePort,
+	st := &serviceState{key: svc.Key, proto: svc.Key.Protocol, port: svc.Port, nodePort: svc.NodePort,
 		externalLocal: svc.ExternalLocal, internalLocal: svc.InternalLocal}
 	st.ips = inFamily(f, svc.ClusterIPs)
 	st.extIPs = inFamily(f, append(slices.Clone(svc.ExternalIPs), svc.LoadBalancerIPs...))
@@ -74,11 +74,8 @@ func newServiceState(svc *plan.Service, target uint32, f *family) *serviceState 
 	if svc.Affinity != nil {
 		st.affinity = max(svc.Affinity.TimeoutSeconds, 1)
 	}
-	st.internal = pool{target: target, buckets: buckets(f, svc.Endpoints, svc.InternalLocal)}
-	st.external = pool{target: target, buckets: buckets(f, svc.Endpoints, svc.ExternalLocal)}
-	if svc.InternalLocal != svc.ExternalLocal {
-		st.external.target = target + 1
-	}
+	st.internal = pool{buckets: buckets(f, svc.Endpoints, svc.InternalLocal)}
+	st.external = pool{buckets: buckets(f, svc.Endpoints, svc.ExternalLocal)}
 	st.hasEndpoints = slices.ContainsFunc(svc.Endpoints, func(e plan.Endpoint) bool { return f.is(e.Address) })
 	return st
 }
@@ -99,7 +96,7 @@ func (s *serviceState) pools() []pool {
 	if s == nil {
 		return nil
 	}
-	if s.external.target == s.internal.target {
+	if s.externalLocal == s.internalLocal {
 		return []pool{s.internal}
 	}
 	return []pool{s.internal, s.external}
@@ -175,13 +172,33 @@ func sameEntries(a, b *serviceState) bool {
 		slices.Equal(a.extIPs, b.extIPs) && a.affinity == b.affinity &&
 		slices.Equal(a.lbIPs, b.lbIPs) && slices.Equal(a.ranges, b.ranges) &&
 		a.externalLocal == b.externalLocal && a.internalLocal == b.internalLocal && a.hasEndpoints == b.hasEndpoints &&
-		a.internal.target == b.internal.target && a.internal.weight() == b.internal.weight() &&
-		a.external.target == b.external.target && a.external.weight() == b.external.weight()
+		a.internal.weight() == b.internal.weight() && a.external.weight() == b.external.weight()
 }
 
-// entrySink receives one entry element; spec is the pick chain a goto
-// element sends packets to, nil for the other elements.
-type entrySink func(set string, e element, spec *pickSpec)
+// draw is what a goto element sends its key's packets to: a chain of kind
+// that draws an endpoint of pool.
+type draw struct {
+	kind pickKind
+	key  []byte
+	pool pool
+}
+
+// entrySink receives one entry element; d is set for the goto elements.
+type entrySink func(set string, e element, d *draw)
+
+// chainFor returns the chain a draw's goto element names: the service's
+// own sticky chain with ClientIP affinity, the shared pick chain otherwise.
+func (s *serviceState) chainFor(kind pickKind, p pool) string {
+	if s.affinity > 0 {
+		return stickyChain(kind, s.key)
+	}
+	return pickSpec{kind: kind, weight: p.weight()}.chain()
+}
+
+// gotoDraw appends the goto element of key to set.
+func (s *serviceState) gotoDraw(add entrySink, set string, key []byte, p pool, kind pickKind) {
+	add(set, gotoElement(key, s.chainFor(kind, p)), &draw{kind: kind, key: key, pool: p})
+}
 
 // entryElements returns the elements that send the service's addresses to
 // their pick chains; an empty pool's addresses go to the drop sets when the
@@ -210,9 +227,7 @@ func (s *serviceState) entryElements(add entrySink) {
 	key := portKey(s.proto, s.nodePort)
 	switch {
 	case s.external.weight() > 0:
-		spec := pickSpec{kind: extPort, weight: s.external.weight(), affinity: s.affinity}
-		add(setNodePorts, gotoElement(key, spec.chain()), &spec)
-		add(setNPTargets, targetElement(key, s.external.target), nil)
+		s.gotoDraw(add, setNodePorts, key, s.external, extPort)
 	case s.hasEndpoints:
 		add(setDropNodePorts, element{Key: key}, nil)
 	default:
@@ -229,17 +244,11 @@ func (s *serviceState) shortCircuitEntries(add entrySink) {
 	if !s.externalLocal || s.internalLocal || in.weight() == 0 {
 		return
 	}
-	ipSpec := pickSpec{kind: pickShortIP, weight: in.weight(), affinity: s.affinity}
 	for _, ip := range s.extIPs {
-		key := ipKey(ip, s.proto, s.port)
-		add(setShortIPs, gotoElement(key, ipSpec.chain()), &ipSpec)
-		add(setShortIPTargets, targetElement(key, in.target), nil)
+		s.gotoDraw(add, setShortIPs, ipKey(ip, s.proto, s.port), in, pickShortIP)
 	}
 	if s.nodePort != 0 {
-		npSpec := pickSpec{kind: pickShortNP, weight: in.weight(), affinity: s.affinity}
-		key := portKey(s.proto, s.nodePort)
-		add(setShortNodePorts, gotoElement(key, npSpec.chain()), &npSpec)
-		add(setShortNPTargets, targetElement(key, in.target), nil)
+		s.gotoDraw(add, setShortNodePorts, portKey(s.proto, s.nodePort), in, pickShortNP)
 	}
 }
 
@@ -252,9 +261,7 @@ func (s *serviceState) ipEntry(add entrySink, key []byte, p pool, kind pickKind)
 	}
 	switch {
 	case p.weight() > 0:
-		spec := pickSpec{kind: kind, weight: p.weight(), affinity: s.affinity}
-		add(setServiceIPs, gotoElement(key, spec.chain()), &spec)
-		add(setIPTargets, targetElement(key, p.target), nil)
+		s.gotoDraw(add, setServiceIPs, key, p, kind)
 	case s.hasEndpoints:
 		add(setDropIPs, unserved, nil)
 	default:
@@ -266,11 +273,25 @@ func (s *serviceState) ipEntry(add entrySink, key []byte, p pool, kind pickKind)
 // the refuse and drop sets.
 const externalComment = "external"
 
-// bucketElements returns the endpoints-W elements of the given buckets.
-func (p pool) bucketElements(idx []int) []element {
+// draws returns the goto elements' draws, in entry order.
+func (s *serviceState) draws() []draw {
+	var out []draw
+	if s != nil {
+		s.entryElements(func(_ string, _ element, d *draw) {
+			if d != nil {
+				out = append(out, *d)
+			}
+		})
+	}
+	return out
+}
+
+// bucketElements returns the elements of the given buckets in the draw's
+// endpoints map.
+func (d draw) bucketElements(idx []int) []element {
 	out := make([]element, 0, len(idx))
 	for _, i := range idx {
-		out = append(out, bucketElement(p.target, uint32(i), p.buckets[i]))
+		out = append(out, bucketElement(d.key, uint32(i), d.pool.buckets[i]))
 	}
 	return out
 }
@@ -284,7 +305,7 @@ func (p pool) allBuckets() []int {
 }
 
 // changedBuckets returns the buckets whose endpoint differs between pools of
-// the same target and weight.
+// the same weight.
 func changedBuckets(old, cur pool) []int {
 	var idx []int
 	for i := range cur.buckets {

@@ -14,10 +14,8 @@ import (
 // cluster's endpoints instead of this node's only, masquerading what the node
 // itself sends. These maps hold the entries of such services only.
 const (
-	setShortIPs       = "local-origin-ips"        // external IP . proto . port : goto pick-short-ip-W
-	setShortIPTargets = "local-origin-ip-targets" // … : the service's cluster target
-	setShortNodePorts = "local-origin-nodeports"  // proto . port : goto pick-short-np-W
-	setShortNPTargets = "local-origin-nodeport-targets"
+	setShortIPs       = "local-origin-ips"       // external IP . proto . port : goto pick-short-ip-W
+	setShortNodePorts = "local-origin-nodeports" // proto . port : goto pick-short-np-W
 )
 
 // shortCircuitRules send node- and pod-originated packets for Local-policy

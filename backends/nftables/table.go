@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"cmp"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -59,7 +60,7 @@ func prefixesOf(f *family, in []netip.Prefix) []netip.Prefix {
 // fullTxn builds the transaction that rewrites the whole table from p. The
 // first one of a process, and the first after a failed commit, replace the
 // table outright. Later ones empty and refill every object instead, keeping
-// the table, the affinity map and each service's target id, so ClientIP
+// the table and the affinity sets of the endpoints that stay, so ClientIP
 // affinity survives periodic full syncs. Every object the refill deletes or
 // needs is added first (adding an existing object changes nothing), so a
 // refill also recreates what another process deleted.
@@ -77,19 +78,56 @@ func (tb *table) fullTxn(p *plan.Plan) (*txn, *changes) {
 			t.add(op{kind: opAddChain, chain: l.chain(spec.chain())})
 			l.delPickChain(t, spec)
 		}
-		for _, w := range sortedKeys(tb.state.maps) {
-			l.addEndpointsMap(t, w)
-			l.delEndpointsMap(t, w)
+		for _, m := range sortedMaps(tb.state.maps) {
+			l.addEndpointsMap(t, m)
+			l.delEndpointsMap(t, m)
 		}
+		tb.dropStickyChains(t)
 	}
 	c := newChanges(newState(), l.fam)
-	c.prior = tb.state
 	for _, k := range p.Keys() {
 		c.update(k, p.Services[k])
 	}
 	c.write(t, l)
+	if tb.synced {
+		tb.dropAffinitySets(t, c)
+	}
 	tb.writeNodeSets(t, c, p, true)
 	return t, c
+}
+
+// dropStickyChains appends, to a refill, the deletion of every sticky chain
+// committed; the refill writes those it needs again.
+func (tb *table) dropStickyChains(t *txn) {
+	l := tb.layout
+	for _, k := range sortedServices(tb.state.services) {
+		for _, name := range slices.Sorted(maps.Keys(tb.state.services[k].sticky().chains)) {
+			t.add(op{kind: opAddChain, chain: l.chain(name)})
+			t.add(op{kind: opDelChain, chain: l.chain(name)})
+		}
+	}
+}
+
+// dropAffinitySets appends, to a refill, the deletion of the committed
+// affinity sets that the refilled services no longer read. The others keep
+// their clients.
+func (tb *table) dropAffinitySets(t *txn, c *changes) {
+	keep := map[string]bool{}
+	for _, st := range c.services {
+		maps.Copy(keep, st.sticky().sets)
+	}
+	for _, k := range sortedServices(tb.state.services) {
+		for _, name := range slices.Sorted(maps.Keys(tb.state.services[k].sticky().sets)) {
+			if !keep[name] {
+				t.add(op{kind: opAddSet, set: tb.layout.affinitySet(name)})
+				t.add(op{kind: opDelSet, set: tb.layout.affinitySet(name)})
+			}
+		}
+	}
+}
+
+func sortedServices(m map[plan.Key]*serviceState) []plan.Key {
+	return slices.SortedFunc(maps.Keys(m), plan.Key.Compare)
 }
 
 // partialTxn builds the transaction for the changed keys only.
