@@ -79,9 +79,11 @@ func offlineBackend(opts Options) *table {
 	return newTables(opts)[0]
 }
 
-func TestGoldenFullSync(t *testing.T) {
-	b := offlineBackend(Options{Common: backends.Common{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}})
-	p := testPlan(
+// fullPlan is the plan of the full-sync golden: cluster IPs, weights, UDP,
+// a service without endpoints, and Local policies with and without a local
+// endpoint.
+func fullPlan() *plan.Plan {
+	return testPlan(
 		svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 0, ep("10.244.0.11", 8080, 1), ep("10.244.0.12", 8080, 1)),
 		svc("default", "canary", "", plan.TCP, "10.96.0.12", 80, 30080, ep("10.244.0.11", 8080, 3), ep("10.244.0.13", 8080, 1)),
 		svc("default", "dns", "dns", plan.UDP, "10.96.0.53", 53, 0, ep("10.244.0.14", 53, 1), ep("10.244.0.15", 53, 1)),
@@ -91,6 +93,13 @@ func TestGoldenFullSync(t *testing.T) {
 		etpLocal(svc("default", "edge-elsewhere", "http", plan.TCP, "10.96.0.31", 80, 30083,
 			ep("10.244.1.12", 8080, 1))),
 	)
+}
+
+var goldenCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}
+
+func TestGoldenFullSync(t *testing.T) {
+	b := offlineBackend(Options{Common: backends.Common{ClusterCIDRs: goldenCIDRs[:1]}})
+	p := fullPlan()
 	tx, _ := b.fullTxn(p)
 	golden(t, "full.nft", tx.String())
 }
@@ -171,14 +180,19 @@ func TestBucketsFollowWeights(t *testing.T) {
 
 // TestGoldenIPv6 renders the ip6 table of a dual-stack plan.
 func TestGoldenIPv6(t *testing.T) {
-	tb := newTables(Options{Common: backends.Common{ClusterCIDRs: []netip.Prefix{
-		netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}}, Table: "weir"})[1]
+	tb := newTables(Options{Common: backends.Common{ClusterCIDRs: goldenCIDRs}, Table: "weir"})[1]
+	tx, _ := tb.fullTxn(testPlan(dualStackSticky()))
+	golden(t, "full-ipv6.nft", tx.String())
+}
+
+// dualStackSticky is a dual-stack service with ClientIP affinity, a node
+// port and a load-balancer IP limited to a source range.
+func dualStackSticky() *plan.Service {
 	web := svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 30080,
 		ep("10.244.0.11", 8080, 1), ep("fd00:10:244::11", 8080, 1), ep("fd00:10:244::12", 8080, 1))
 	web.ClusterIPs = append(web.ClusterIPs, netip.MustParseAddr("fd00:10:96::10"))
 	web.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("2001:db8::5")}
 	web.SourceRanges = []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")}
 	web.Affinity = &plan.Affinity{TimeoutSeconds: 30}
-	tx, _ := tb.fullTxn(testPlan(web))
-	golden(t, "full-ipv6.nft", tx.String())
+	return web
 }

@@ -3,13 +3,17 @@ package nftables
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/internal/nsenter"
+	"github.com/weirproxy/weir/sdk/plan"
+	"github.com/weirproxy/weir/test/netns"
 )
 
 // nftLists checks that the nft tool lists what the backend committed: `nft
@@ -47,4 +51,65 @@ func nftLists(t testing.TB, b *Backend) {
 			t.Errorf("nft %s does not show Weir's tables after a sync:\n%.2000s", strings.Join(args, " "), out)
 		}
 	}
+}
+
+// TestKernelNftPrints commits plans that use every kind of set, map and
+// rule of the layout (weights, UDP, refusals, Local policies and their
+// short circuit, external and load-balancer IPs with source ranges,
+// ClientIP affinity, both families, localhost node ports) and compares what
+// `nft list ruleset` prints with golden files: what an operator reads.
+func TestKernelNftPrints(t *testing.T) {
+	sticky := svc("default", "sticky", "http", plan.TCP, "10.96.0.40", 80, 30090,
+		ep("10.244.0.11", 8080, 2), ep("10.244.0.12", 8080, 1), ep("10.244.0.13", 8080, 1))
+	sticky.Affinity = &plan.Affinity{TimeoutSeconds: 10800}
+	cases := []struct {
+		name string
+		opts backends.Common
+		plan *plan.Plan
+	}{
+		{"full", backends.Common{ClusterCIDRs: goldenCIDRs[:1]}, fullPlan()},
+		{"dual-stack-sticky", backends.Common{ClusterCIDRs: goldenCIDRs, LocalhostNodePorts: true},
+			testPlan(dualStackSticky(), sticky, etpLocal(withExternalIPs(svc("default", "edge", "http", plan.TCP, "10.96.0.30", 80, 30082,
+				ep("10.244.0.11", 8080, 1), ep("10.244.1.11", 8080, 1)), "192.0.2.30"), "10.244.0.11"))},
+		{"node-cidr", backends.Common{LocalDetector: backends.DetectNodeCIDR, NodePortPrimary: true},
+			&plan.Plan{Services: fullPlan().Services, Node: plan.Node{PodCIDRs: goldenCIDRs[:1],
+				Addresses: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			topo := netns.NewT(t, netns.Options{})
+			c.opts.NetNS = topo.Node.Fd()
+			b, err := New(Options{Common: c.opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			mustSync(t, b, c.plan, nil)
+			listing := nftOutput(t, b, "list", "ruleset")
+			if v := strings.TrimSpace(nftOutput(t, b, "--version")); !strings.HasPrefix(v, goldenNft) {
+				t.Logf("nft is %q, not %s, which printed the golden files: the listing was not compared", v, goldenNft)
+				return
+			}
+			golden(t, c.name+".list", listing)
+		})
+	}
+}
+
+// goldenNft is the nft release whose listings the *.list golden files hold
+// (Debian 12's); other releases format some things differently.
+const goldenNft = "nftables v1.0.6 "
+
+// nftOutput runs the nft tool in the backend's namespace and returns what
+// it prints.
+func nftOutput(t *testing.T, b *Backend, args ...string) string {
+	t.Helper()
+	var out []byte
+	err := nsenter.Do(b.opts.NetNS, func() (err error) {
+		out, err = exec.Command("nft", args...).Output()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("nft %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
 }

@@ -1,7 +1,12 @@
 package soak
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
+	"strings"
+	"time"
 
 	"github.com/google/nftables"
 
@@ -15,8 +20,7 @@ type nftObject struct {
 }
 
 // nftObjects lists the maps and the regular chains (no base chains) of
-// table weir of family ("ip" or "ip6") in ns, through netlink: this nft
-// binary cannot print Weir's concatenated maps.
+// table weir of family ("ip" or "ip6") in ns, through netlink.
 func nftObjects(ns *netns.Namespace, family string) ([]nftObject, error) {
 	conn, err := nftables.New(nftables.WithNetNSFd(ns.Fd()))
 	if err != nil {
@@ -47,4 +51,22 @@ func nftObjects(ns *netns.Namespace, family string) ([]nftObject, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkListings runs the nft tool's three listings of the ruleset in the
+// node, as an operator would, and records each that fails.
+func (s *run) checkListings(ctx context.Context, round int, kind string) {
+	for _, args := range [][]string{{"list", "ruleset"}, {"-j", "list", "ruleset"}, {"-t", "list", "ruleset"}} {
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		cmd := s.c.topo.Node.Command(lctx, "nft", args...)
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+		err := cmd.Run()
+		cancel()
+		s.rep.listings++
+		if err != nil && ctx.Err() == nil {
+			s.rep.listFailures = append(s.rep.listFailures, fmt.Sprintf("round %d, after %s: nft %s: %v: %s",
+				round, kind, strings.Join(args, " "), err, lastLines(stderr.String(), 3)))
+		}
+	}
 }

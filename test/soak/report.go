@@ -95,6 +95,10 @@ type report struct {
 	stops            []time.Duration
 	stopsKilled      int
 	killsMidSync     int
+	// listings counts the nft listings of the ruleset at quiescent points
+	// (nftables mode); listFailures names those that failed.
+	listings     int
+	listFailures []string
 
 	mu      sync.Mutex
 	samples []sample
@@ -171,6 +175,7 @@ func (r *report) finish(s *run, runErr error) *Report {
 	r.writeChurn(&b, s)
 	r.writeConvergence(&b, fail)
 	r.writeProbes(&b, s, fail)
+	r.writeListings(&b, fail)
 	r.writeProcess(&b, fail)
 	if len(r.injectFailed) > 0 {
 		b.WriteString("faults that could not be injected:\n")
@@ -290,6 +295,25 @@ func (r *report) writeConvergence(b *strings.Builder, fail func(string, ...any))
 			}
 			fmt.Fprintf(b, "    %s\n", d.Message)
 		}
+	}
+}
+
+// writeListings reports the nft tool's listings of the ruleset (nftables
+// mode): an operator's first look at a node must work.
+func (r *report) writeListings(b *strings.Builder, fail func(string, ...any)) {
+	if r.listings == 0 {
+		return
+	}
+	fmt.Fprintf(b, "nft listings (list ruleset, -j, -t) at quiescent points: %d, %d failed (target 0)\n", r.listings, len(r.listFailures))
+	for i, f := range r.listFailures {
+		if i == maxExamples {
+			fmt.Fprintf(b, "  ... and %d more\n", len(r.listFailures)-i)
+			break
+		}
+		fmt.Fprintf(b, "  %s\n", f)
+	}
+	if len(r.listFailures) > 0 {
+		fail("%d nft listings of the ruleset failed", len(r.listFailures))
 	}
 }
 

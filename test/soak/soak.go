@@ -397,6 +397,9 @@ func (s *run) measure(ctx context.Context, round int, kind, phase string, in inj
 	limit := 3*s.cfg.SyncPeriod + 30*time.Second + in.limit
 	res := &faultResult{round: round, kind: kind, phase: phase, note: in.note, restart: in.restart}
 	res.conv = s.converge(ctx, since, s.lastWrite, limit)
+	if res.conv.clean && s.cfg.Mode == "nftables" {
+		s.checkListings(ctx, round, kind)
+	}
 	res.stalled = s.rep.stalledDuring(in.at.Add(-3*s.cfg.SyncPeriod), time.Now())
 	if in.restart {
 		p := s.d.current()
