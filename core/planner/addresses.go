@@ -29,7 +29,7 @@ func serviceShape(cfg Config, obj string, svc *corev1.Service) (*plan.Service, [
 		sh.SourceRanges, p = sourceRanges(obj, svc)
 		problems = append(problems, p...)
 	}
-	sh.ExternalLocal = hasNodePorts(svc) && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	sh.ExternalLocal = externalPolicyApplies(svc) && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	sh.InternalLocal = svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
 	if sh.ExternalLocal && svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 		sh.HealthCheckNodePort, p = healthCheckPort(cfg, obj, svc)
@@ -39,6 +39,13 @@ func serviceShape(cfg Config, obj string, svc *corev1.Service) (*plan.Service, [
 	sh.Labels = svc.Labels
 	sh.Annotations = pluginAnnotations(svc.Annotations)
 	return sh, problems
+}
+
+// externalPolicyApplies reports whether externalTrafficPolicy governs the
+// service: a NodePort or LoadBalancer service, or a ClusterIP service with
+// external IPs, as kube-proxy decides it (ExternallyAccessible).
+func externalPolicyApplies(svc *corev1.Service) bool {
+	return hasNodePorts(svc) || (svc.Spec.Type == corev1.ServiceTypeClusterIP && len(svc.Spec.ExternalIPs) > 0)
 }
 
 // lastApplied is kubectl's copy of the whole object: large, and nothing a

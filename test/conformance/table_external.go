@@ -33,6 +33,39 @@ endpoints:
 			},
 		},
 		{
+			Name: "external-ips-etp-local",
+			Manifests: `
+# kube-proxy honours externalTrafficPolicy Local on a ClusterIP service with
+# external IPs, which makes it externally accessible (ExternalPolicyLocal).
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  type: ClusterIP # the API server's default, which the table does not apply
+  clusterIP: 10.96.0.10
+  externalIPs: [192.0.2.10]
+  externalTrafficPolicy: Local
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: default, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.244.0.11], nodeName: node-a}
+- {addresses: [10.244.0.12], nodeName: node-b}
+`,
+			Probes: []Probe{
+				// External traffic: this node's endpoint only, the client's address kept.
+				{From: "client", To: "192.0.2.10:80", Want: Pods("pod-a"), Source: "client"},
+				// The node itself reaches every endpoint, masqueraded.
+				{From: "node", To: "192.0.2.10:80", Want: Pods("pod-a", "pod-b"), Source: "node"},
+				// The cluster IP follows internalTrafficPolicy (Cluster).
+				{From: "client", To: "10.96.0.10:80", Want: Pods("pod-a", "pod-b"), Source: "client"},
+			},
+		},
+		{
 			Name: "loadbalancer",
 			Manifests: `
 apiVersion: v1
