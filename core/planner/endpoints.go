@@ -102,11 +102,14 @@ func markLocal(all []candidate) {
 }
 
 // collect returns every endpoint of the port across slices, each address and
-// port once, sorted by address and port.
+// port once, sorted by address and port. When two slices list the same one
+// (an endpoint moving between slices, or a pod IP reused while the old pod
+// terminates), a copy that is not terminating wins over one that is,
+// whichever slice comes first, as in kube-proxy (addEndpoints).
 func collect(cfg Config, key plan.Key, sl []*discoveryv1.EndpointSlice) ([]candidate, []Problem) {
 	var out []candidate
 	var problems []Problem
-	seen := map[netip.AddrPort]bool{}
+	seen := map[netip.AddrPort]int{} // index in out
 	for _, s := range sl {
 		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue
@@ -126,9 +129,11 @@ func collect(cfg Config, key plan.Key, sl []*discoveryv1.EndpointSlice) ([]candi
 				problems = append(problems, *problem)
 				continue
 			}
-			if !seen[c.AddrPort()] {
-				seen[c.AddrPort()] = true
+			if i, dup := seen[c.AddrPort()]; !dup {
+				seen[c.AddrPort()] = len(out)
 				out = append(out, c)
+			} else if !c.Terminating {
+				out[i] = c
 			}
 		}
 	}

@@ -352,6 +352,39 @@ endpoints:
 			},
 		},
 		{
+			Name: "endpoint-in-two-slices",
+			Manifests: `
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+# pod-a's address is terminating in the first slice (an old pod whose IP was
+# reused) and ready in the second: like kube-proxy, the copy that is not
+# terminating wins, whichever slice comes first.
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: default, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.244.0.11], nodeName: node-a, conditions: {ready: false, serving: false, terminating: true}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-2, namespace: default, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.244.0.11], nodeName: node-a}
+`,
+			Probes: []Probe{
+				{From: "client", To: "10.96.0.10:80", Want: Pods("pod-a")},
+			},
+		},
+		{
 			Name: "endpoint-changes",
 			Manifests: `
 apiVersion: v1
