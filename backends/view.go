@@ -147,8 +147,10 @@ func expectService(v *View, owners map[Destination]plan.Key, s *plan.Service, fa
 	}
 	cluster := forwarding(eps, s.InternalLocal, affinity)
 	external := forwarding(eps, s.ExternalLocal, affinity)
-	if s.ExternalLocal && !s.InternalLocal && cluster.Verdict == VerdictForward {
-		external.ShortCircuit = cluster.Endpoints
+	// The node's and the pods' own traffic to a Local policy's external
+	// addresses reaches the cluster's endpoints, whatever the internal policy.
+	if all := forwarding(eps, false, affinity); s.ExternalLocal && all.Verdict == VerdictForward {
+		external.ShortCircuit = all.Endpoints
 	}
 	add := func(d Destination, f Forwarding) {
 		v.Destinations[d] = f

@@ -187,7 +187,7 @@ func (m *svcModel) route() routing {
 		r.internal = internalName
 	}
 	external := len(m.extIPs) > 0 || m.nodePort != 0
-	r.shortCircuit = external && m.externalLocal && !m.internalLocal && len(m.cluster) > 0
+	r.shortCircuit = external && m.externalLocal && len(m.cluster) > 0
 	r.useSVC = r.internal == r.names.svc || r.shortCircuit || (external && !m.externalLocal && len(m.cluster) > 0)
 	r.useSVL = r.internal == r.names.svl || (external && m.externalLocal && len(m.local) > 0)
 	r.useEXT = external && (len(r.externalPool) > 0 || r.shortCircuit)

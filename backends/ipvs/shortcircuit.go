@@ -48,10 +48,10 @@ func (r markRule) compare(o markRule) int {
 }
 
 // needsMark reports whether svc short-circuits: its external policy is
-// Local, its internal one Cluster (with both Local there is nowhere else
-// to go), and it has external destinations.
+// Local and it has external destinations. Its internal policy does not
+// matter: the short circuit goes to the cluster's endpoints either way.
 func needsMark(svc *plan.Service) bool {
-	return svc != nil && svc.ExternalLocal && !svc.InternalLocal &&
+	return svc != nil && svc.ExternalLocal &&
 		(svc.NodePort != 0 || len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerIPs) > 0)
 }
 

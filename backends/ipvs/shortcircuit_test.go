@@ -37,11 +37,12 @@ TCP 198.51.100.5:80: rr 10.244.0.11:8080 w1`
 	if got := strings.Join(rules, " "); got != "172.30.0.1:30080 0x10000 198.51.100.5:80 0x10000" {
 		t.Errorf("mark rules %q", got)
 	}
-	// Both policies Local: nowhere else to go, no mark wanted.
+	// Both policies Local: the node's and the pods' traffic still goes to
+	// the cluster's endpoints, as in kube-proxy's other modes.
 	both := localLB()
 	both.InternalLocal = true
-	if needsMark(both) {
-		t.Error("a service Local in both policies needs no mark")
+	if st := desiredService(both, nodeIPs, "rr", markBase); !needsMark(both) || st.servers[markKey(markBase, 4)] == nil {
+		t.Errorf("a service Local in both policies short-circuits to the cluster's endpoints; got\n%s", describe(st))
 	}
 	// No cluster endpoint of the family takes connections: no short circuit.
 	idle := localLB()

@@ -38,8 +38,9 @@ type serviceState struct {
 	// affinity is the ClientIP affinity timeout in seconds, 0 for none.
 	affinity uint32
 	// internal serves cluster-IP traffic, external serves node ports and
-	// external IPs.
-	internal, external pool
+	// external IPs; cluster is the cluster's endpoints, which the short
+	// circuit of a Local external policy uses whatever the internal one.
+	internal, external, cluster pool
 	// externalLocal keeps the client's address on external traffic
 	// (externalTrafficPolicy: Local): no masquerade.
 	externalLocal bool
@@ -76,6 +77,9 @@ func newServiceState(svc *plan.Service, f *family) *serviceState {
 	}
 	st.internal = pool{buckets: buckets(f, svc.Endpoints, svc.InternalLocal)}
 	st.external = pool{buckets: buckets(f, svc.Endpoints, svc.ExternalLocal)}
+	if svc.ExternalLocal {
+		st.cluster = pool{buckets: buckets(f, svc.Endpoints, false)}
+	}
 	st.hasEndpoints = slices.ContainsFunc(svc.Endpoints, func(e plan.Endpoint) bool { return f.is(e.Address) })
 	return st
 }
@@ -96,10 +100,14 @@ func (s *serviceState) pools() []pool {
 	if s == nil {
 		return nil
 	}
-	if s.externalLocal == s.internalLocal {
-		return []pool{s.internal}
+	out := []pool{s.internal}
+	if s.externalLocal != s.internalLocal {
+		out = append(out, s.external)
 	}
-	return []pool{s.internal, s.external}
+	if s.cluster.weight() > 0 && s.internalLocal {
+		out = append(out, s.cluster)
+	}
+	return out
 }
 
 // buckets spreads the endpoints serving one traffic policy (the local set
@@ -172,7 +180,8 @@ func sameEntries(a, b *serviceState) bool {
 		slices.Equal(a.extIPs, b.extIPs) && a.affinity == b.affinity &&
 		slices.Equal(a.lbIPs, b.lbIPs) && slices.Equal(a.ranges, b.ranges) &&
 		a.externalLocal == b.externalLocal && a.internalLocal == b.internalLocal && a.hasEndpoints == b.hasEndpoints &&
-		a.internal.weight() == b.internal.weight() && a.external.weight() == b.external.weight()
+		a.internal.weight() == b.internal.weight() && a.external.weight() == b.external.weight() &&
+		a.cluster.weight() == b.cluster.weight()
 }
 
 // draw is what a goto element sends its key's packets to: a chain of kind
@@ -236,12 +245,11 @@ func (s *serviceState) entryElements(add entrySink) {
 }
 
 // shortCircuitEntries sends node- and pod-originated traffic for a Local
-// policy service's external addresses to the cluster's endpoints (the
-// internal pool, which is the cluster pool unless internal traffic is Local
-// too, in which case there is nothing to short-circuit to).
+// policy service's external addresses to the cluster's endpoints, whatever
+// the internal policy, as kube-proxy does.
 func (s *serviceState) shortCircuitEntries(add entrySink) {
-	in := s.internal
-	if !s.externalLocal || s.internalLocal || in.weight() == 0 {
+	in := s.cluster
+	if !s.externalLocal || in.weight() == 0 {
 		return
 	}
 	for _, ip := range s.extIPs {

@@ -61,10 +61,13 @@ func externallyAccessible(svc *plan.Service) bool {
 	return svc.NodePort != 0 || len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerIPs) > 0
 }
 
-// usesClusterEndpoints reports whether internal or external traffic is
-// balanced over the whole cluster.
+// usesClusterEndpoints reports whether any traffic is balanced over the
+// whole cluster: internal traffic with internalTrafficPolicy Cluster, and
+// external traffic, which with externalTrafficPolicy Local still needs the
+// cluster endpoints for what the node and its pods send to the external
+// addresses (the short circuit), as in kube-proxy (UsesClusterEndpoints).
 func usesClusterEndpoints(svc *plan.Service) bool {
-	return !svc.InternalLocal || (externallyAccessible(svc) && !svc.ExternalLocal)
+	return !svc.InternalLocal || externallyAccessible(svc)
 }
 
 // usesLocalEndpoints reports whether internal or external traffic stays on

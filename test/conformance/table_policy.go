@@ -166,6 +166,44 @@ endpoints:
 			},
 		},
 		{
+			Name:    "both-policies-local-short-circuit",
+			Options: Options{ClusterCIDRs: []netip.Prefix{podCIDR}},
+			Manifests: `
+# Both traffic policies Local: kube-proxy still computes the cluster's
+# endpoints (UsesClusterEndpoints) and short-circuits to them what the node
+# and its pods send to the node port and the load-balancer IP.
+apiVersion: v1
+kind: Service
+metadata: {name: remote, namespace: default}
+spec:
+  type: LoadBalancer
+  clusterIP: 10.96.0.11
+  externalTrafficPolicy: Local
+  internalTrafficPolicy: Local
+  healthCheckNodePort: 32001
+  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30081}]
+status:
+  loadBalancer:
+    ingress: [{ip: 198.51.100.6}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: remote-1, namespace: default, labels: {kubernetes.io/service-name: remote}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.244.0.12], nodeName: node-b}
+`,
+			Probes: []Probe{
+				{From: "node", To: "node:30081", Want: Pods("pod-b"), Source: "node"},
+				{From: "node", To: "198.51.100.6:80", Want: Pods("pod-b"), Source: "node"},
+				{From: "pod-c", To: "198.51.100.6:80", Want: Pods("pod-b")},
+				// From elsewhere both policies hold: no endpoint on this node.
+				{From: "client", To: "node:30081", Want: Dropped},
+				{From: "pod-c", To: "10.96.0.11:80", Want: Dropped},
+			},
+		},
+		{
 			Name: "itp-local",
 			Manifests: `
 apiVersion: v1
