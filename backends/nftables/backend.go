@@ -4,8 +4,10 @@
 // Everything lives in one table per family, ip and ip6 (default name
 // "weir"). The first full sync replaces the tables in one atomic
 // transaction; later full syncs empty and refill every object, recreating
-// what another process deleted; a partial sync sends only the elements of
-// the services that changed, also as one transaction. When a commit fails
+// what another process deleted, unless the ruleset generation shows that
+// nothing committed since Weir's last commit (generation.go); a partial
+// sync sends only the elements of the services that changed, also as one
+// transaction. When a commit fails
 // (most often because another process changed the tables), Sync at once
 // rebuilds the tables from scratch, which also removes objects that are not
 // Weir's. The backend remembers what it committed and never reads kernel
@@ -18,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
@@ -26,6 +29,12 @@ import (
 	"github.com/weirproxy/weir/sdk/plan"
 	"golang.org/x/sys/unix"
 )
+
+// refillEvery bounds the time between two full syncs that write every
+// object even though the generation shows nothing changed, as mode
+// iptables rewrites hourly: a defect in Weir's own partial syncs would not
+// outlive it.
+const refillEvery = time.Hour
 
 // socketBuffer is the netlink socket buffer size forced for large batches.
 const socketBuffer = 64 << 20
@@ -44,8 +53,11 @@ type Backend struct {
 	// conn is nil after a failed commit, until the next use reopens it.
 	conn   *nftables.Conn
 	tables []*table // IPv4, then IPv6
-	opts   Options
-	log    *slog.Logger
+	gen    genStamp
+	// refilled is when the last full sync wrote every object.
+	refilled time.Time
+	opts     Options
+	log      *slog.Logger
 }
 
 // New returns a backend that programs the network namespace in opts.
@@ -129,13 +141,31 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 	return nil
 }
 
-// sync commits p: a full sync when asked for or when the tables are not
-// known to hold Weir's last commit, a partial one otherwise.
+// sync commits p: a full sync when asked for, unless the generation shows
+// the tables as Weir's last commit left them (then only what changed is
+// written), or when the tables are not known to hold Weir's last commit; a
+// partial one otherwise.
 func (b *Backend) sync(p *plan.Plan, changed []plan.Key) error {
-	if changed == nil || !b.tables[0].synced {
+	switch {
+	case !b.tables[0].synced || (changed == nil && (!b.untouched() || time.Since(b.refilled) > refillEvery)):
 		return b.fullSync(p)
+	case changed == nil:
+		changed = b.everyKey(p)
 	}
 	return b.partialSync(p, changed)
+}
+
+// everyKey returns the plan's keys and those of every service committed.
+func (b *Backend) everyKey(p *plan.Plan) []plan.Key {
+	keys := p.Keys()
+	for _, tb := range b.tables {
+		for k := range tb.state.services {
+			if p.Services[k] == nil {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
 }
 
 func (b *Backend) fullSync(p *plan.Plan) error {
@@ -157,6 +187,7 @@ func (b *Backend) fullSync(p *plan.Plan) error {
 		pending[i].commit()
 		tb.state, tb.synced = pending[i].base, true
 	}
+	b.refilled = time.Now()
 	return nil
 }
 
@@ -187,8 +218,12 @@ func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
 // commit, so the next sync starts from scratch, on a fresh socket: the old
 // one may still hold queued messages, a sticky error or unread replies.
 func (b *Backend) commit(txns ...*txn) error {
+	before, gerr := b.generation()
 	err := b.send(txns)
-	if err != nil {
+	if err == nil {
+		b.restamp(before, gerr == nil)
+	} else {
+		b.gen.valid = false
 		for _, tb := range b.tables {
 			tb.synced = false
 		}
@@ -233,10 +268,11 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the netlink socket.
+// Close releases the netlink sockets.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.closeGeneration()
 	if b.conn == nil {
 		return nil
 	}

@@ -86,7 +86,7 @@ func (l *layout) intervalSet(name string) *nftables.Set {
 
 // base appends the table and every object that does not depend on services.
 // With refill set the objects may exist already: each is emptied after being
-// ensured.
+// ensured, except the affinity set, whose clients keep their endpoints.
 func (l *layout) base(t *txn, refill bool) {
 	t.add(op{kind: opAddTable})
 	l.refill = refill
@@ -106,6 +106,8 @@ func (l *layout) base(t *txn, refill bool) {
 	} {
 		l.addSet(t, s)
 	}
+	// The affinity entries outlive a refill: clients keep their endpoints.
+	t.add(op{kind: opAddSet, set: l.affinitySet()})
 	l.cidrSets(t)
 	l.baseChains(t)
 	l.serviceRules(t)

@@ -160,7 +160,7 @@ func (d *tableDump) readSets(ctx context.Context, conn *nftables.Conn, table *nf
 			return err
 		}
 		d.sets[s.Name] = s
-		if _, buckets := parseEndpointsMap(s.Name); buckets || unread[s.Name] || isAffinitySet(s.Name) {
+		if _, buckets := parseEndpointsMap(s.Name); buckets || unread[s.Name] {
 			continue
 		}
 		elems, err := conn.GetSetElements(s)
@@ -175,7 +175,7 @@ func (d *tableDump) readSets(ctx context.Context, conn *nftables.Conn, table *nf
 // unread are the sets whose elements no destination's forwarding depends
 // on (masquerading and affinity entries), which ReadBack does not list: the
 // hairpin set alone holds an element per endpoint address.
-var unread = map[string]bool{setHairpin: true, setClusterCIDRs: true, setPodCIDRs: true}
+var unread = map[string]bool{setHairpin: true, setAffinity: true, setClusterCIDRs: true, setPodCIDRs: true}
 
 // dumpPart is the largest part of a dump the kernel sends in one message:
 // it sizes them by the largest read the socket has seen, up to 32 KiB

@@ -178,7 +178,7 @@ func TestKernelReadBackSeesTheKernel(t *testing.T) {
 	edit(other, "web", func(s *plan.Service) { s.Endpoints[1].Weight = 1 })
 	edit(other, "sticky", func(s *plan.Service) { s.Affinity.TimeoutSeconds = 300 })
 	edit(other, "web", func(s *plan.Service) { s.SourceRanges = s.SourceRanges[:1] })
-	edit(other, "local", func(s *plan.Service) { s.InternalLocal = true })
+	edit(other, "local", func(s *plan.Service) { s.ExternalLocal = false })
 	edit(other, "empty", func(s *plan.Service) { s.Endpoints = []plan.Endpoint{podEP(podA, 1)} })
 	edit(other, "dns", func(s *plan.Service) { s.Port = 5353 })
 	divs := divergences(t, b, other)

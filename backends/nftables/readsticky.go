@@ -104,10 +104,11 @@ func (r *reader) decodeStickyRule(exprs []expr.Any) (stickyRuleRead, bool) {
 		case *expr.Dynset:
 			d.timeout = uint32(e.Timeout / time.Second)
 		case *expr.Immediate:
-			switch len(e.Data) {
-			case int(r.l.fam.addrLen):
+			// The endpoint DNAT rewrites to; the affinity key holds it too.
+			switch e.Register {
+			case kernelRegister(r.l.fam.regEP()):
 				addr, _ = netip.AddrFromSlice(e.Data)
-			case 2:
+			case kernelRegister(regLast):
 				port = binary.BigEndian.Uint16(e.Data)
 			}
 		}

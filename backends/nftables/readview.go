@@ -182,7 +182,7 @@ func (r *reader) checkSets(t *txn) {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.d.sets)) {
-		if _, ok := parseEndpointsMap(name); !ok && !isAffinitySet(name) && !want[name] {
+		if _, ok := parseEndpointsMap(name); !ok && !want[name] {
 			r.anomaly("set %s is not Weir's", name)
 		}
 	}

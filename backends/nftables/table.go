@@ -60,7 +60,7 @@ func prefixesOf(f *family, in []netip.Prefix) []netip.Prefix {
 // fullTxn builds the transaction that rewrites the whole table from p. The
 // first one of a process, and the first after a failed commit, replace the
 // table outright. Later ones empty and refill every object instead, keeping
-// the table and the affinity sets of the endpoints that stay, so ClientIP
+// the table and the affinity set, so ClientIP
 // affinity survives periodic full syncs. Every object the refill deletes or
 // needs is added first (adding an existing object changes nothing), so a
 // refill also recreates what another process deleted.
@@ -89,9 +89,6 @@ func (tb *table) fullTxn(p *plan.Plan) (*txn, *changes) {
 		c.update(k, p.Services[k])
 	}
 	c.write(t, l)
-	if tb.synced {
-		tb.dropAffinitySets(t, c)
-	}
 	tb.writeNodeSets(t, c, p, true)
 	return t, c
 }
@@ -101,27 +98,9 @@ func (tb *table) fullTxn(p *plan.Plan) (*txn, *changes) {
 func (tb *table) dropStickyChains(t *txn) {
 	l := tb.layout
 	for _, k := range sortedServices(tb.state.services) {
-		for _, name := range slices.Sorted(maps.Keys(tb.state.services[k].sticky().chains)) {
+		for _, name := range slices.Sorted(maps.Keys(tb.state.services[k].sticky())) {
 			t.add(op{kind: opAddChain, chain: l.chain(name)})
 			t.add(op{kind: opDelChain, chain: l.chain(name)})
-		}
-	}
-}
-
-// dropAffinitySets appends, to a refill, the deletion of the committed
-// affinity sets that the refilled services no longer read. The others keep
-// their clients.
-func (tb *table) dropAffinitySets(t *txn, c *changes) {
-	keep := map[string]bool{}
-	for _, st := range c.services {
-		maps.Copy(keep, st.sticky().sets)
-	}
-	for _, k := range sortedServices(tb.state.services) {
-		for _, name := range slices.Sorted(maps.Keys(tb.state.services[k].sticky().sets)) {
-			if !keep[name] {
-				t.add(op{kind: opAddSet, set: tb.layout.affinitySet(name)})
-				t.add(op{kind: opDelSet, set: tb.layout.affinitySet(name)})
-			}
 		}
 	}
 }

@@ -1,0 +1,68 @@
+package nftables
+
+import (
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// The ruleset generation. nf_tables numbers the committed transactions of a
+// network namespace, anyone's, in one counter. Weir keeps the generation
+// its own commit produced when nothing else committed around it (the
+// counter moved by exactly one). A periodic full sync that finds the
+// counter still there knows that no table changed since, Weir's or any
+// other (packets refreshing affinity entries commit nothing), so it only
+// writes what the plan changed, which is usually nothing; any other commit
+// makes it refill every object, which repairs whatever was done. Without
+// the stamp a periodic sync rewrote everything, every sticky chain's rules
+// included, each syncPeriod.
+
+// genStamp is the generation after Weir's last commit, when trusted.
+type genStamp struct {
+	// conn asks for the generation; nil until first needed or after an
+	// error.
+	conn  *netlink.Conn
+	value uint32
+	valid bool
+}
+
+// generation returns the namespace's ruleset generation.
+func (b *Backend) generation() (uint32, error) {
+	if b.gen.conn == nil {
+		c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: b.opts.NetNS})
+		if err != nil {
+			return 0, err
+		}
+		b.gen.conn = c
+	}
+	g, err := generation(b.gen.conn)
+	if err != nil {
+		b.closeGeneration()
+	}
+	return g, err
+}
+
+// untouched reports whether the ruleset is as Weir's last commit left it.
+func (b *Backend) untouched() bool {
+	if !b.gen.valid {
+		return false
+	}
+	g, err := b.generation()
+	return err == nil && g == b.gen.value
+}
+
+// restamp records the generation after a commit that began at before
+// (beforeOK when it could be read): trusted only when the counter moved by
+// one, so the commit in between was Weir's alone.
+func (b *Backend) restamp(before uint32, beforeOK bool) {
+	after, err := b.generation()
+	b.gen.value = after
+	b.gen.valid = beforeOK && err == nil && after == before+1
+}
+
+func (b *Backend) closeGeneration() {
+	if b.gen.conn != nil {
+		_ = b.gen.conn.Close()
+		b.gen.conn = nil
+	}
+	b.gen.valid = false
+}
