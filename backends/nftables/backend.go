@@ -180,7 +180,7 @@ func (b *Backend) fullSync(p *plan.Plan) error {
 		t, c := tb.fullTxn(p)
 		txns, pending = append(txns, t), append(pending, c)
 	}
-	if err := b.commit(txns...); err != nil {
+	if err := b.commit(true, txns...); err != nil {
 		return err
 	}
 	for i, tb := range b.tables {
@@ -203,7 +203,7 @@ func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
 	if len(txns) == 0 {
 		return nil
 	}
-	if err := b.commit(txns...); err != nil {
+	if err := b.commit(false, txns...); err != nil {
 		return err
 	}
 	for _, c := range pending {
@@ -217,11 +217,12 @@ func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
 // After a failure the tables are no longer known to hold Weir's last
 // commit, so the next sync starts from scratch, on a fresh socket: the old
 // one may still hold queued messages, a sticky error or unread replies.
-func (b *Backend) commit(txns ...*txn) error {
+// full says the transactions write every object (see restamp).
+func (b *Backend) commit(full bool, txns ...*txn) error {
 	before, gerr := b.generation()
 	err := b.send(txns)
 	if err == nil {
-		b.restamp(before, gerr == nil)
+		b.restamp(before, gerr == nil, full)
 	} else {
 		b.gen.valid = false
 		for _, tb := range b.tables {
@@ -259,7 +260,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	for i, tb := range b.tables {
 		t[i] = &txn{table: tb.layout.table, ops: []op{{kind: opAddTable}, {kind: opDelTable}}}
 	}
-	if err := b.commit(t...); err != nil {
+	if err := b.commit(true, t...); err != nil {
 		return fmt.Errorf("remove Weir's tables: %w", err)
 	}
 	for _, tb := range b.tables {

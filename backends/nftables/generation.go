@@ -51,12 +51,16 @@ func (b *Backend) untouched() bool {
 }
 
 // restamp records the generation after a commit that began at before
-// (beforeOK when it could be read): trusted only when the counter moved by
-// one, so the commit in between was Weir's alone.
-func (b *Backend) restamp(before uint32, beforeOK bool) {
+// (beforeOK when it could be read). It is trusted when the counter moved by
+// one, so the commit in between was Weir's alone, and the kernel held what
+// Weir knows before it: after a full sync, which wrote every object, or
+// when the generation before was the trusted one. A partial sync after
+// someone else's change leaves it untrusted, so the next full sync refills.
+func (b *Backend) restamp(before uint32, beforeOK, full bool) {
 	after, err := b.generation()
+	known := full || (b.gen.valid && before == b.gen.value)
 	b.gen.value = after
-	b.gen.valid = beforeOK && err == nil && after == before+1
+	b.gen.valid = beforeOK && err == nil && after == before+1 && known
 }
 
 func (b *Backend) closeGeneration() {

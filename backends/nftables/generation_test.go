@@ -48,6 +48,16 @@ func TestKernelQuietFullSync(t *testing.T) {
 	mustSync(t, b, p, nil)
 	netns.WantPods(t, "after a foreign change", netns.DialMany(t, topo.Client, addr, 10), "pod-c")
 
+	// Another process's change, then a partial sync of Weir's own: the
+	// generation after that commit vouches for nothing, so the next full
+	// sync still refills and repairs.
+	runNft(t, topo.Node, "delete element ip weir service-ips { 10.96.0.10 . tcp . 80 }")
+	other := svc("default", "other", "http", plan.TCP, "10.96.0.11", 80, 0, podEP(podA, 1))
+	p.Services[other.Key] = other
+	mustSync(t, b, p, []plan.Key{other.Key})
+	mustSync(t, b, p, nil)
+	netns.WantPods(t, "after a foreign change and a partial sync", netns.DialMany(t, topo.Client, addr, 10), "pod-c")
+
 	// An hour after the last refill, a full sync refills even when the
 	// generation vouches for the tables.
 	before = gen()
