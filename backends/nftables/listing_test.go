@@ -86,6 +86,12 @@ func TestKernelNftPrints(t *testing.T) {
 			t.Cleanup(func() { b.Close() })
 			mustSync(t, b, c.plan, nil)
 			listing := nftOutput(t, b, "list", "ruleset")
+			if _, err := os.Stat("testdata"); err != nil {
+				// The binary runs without its sources, as in the VM; the
+				// host's run compares.
+				t.Logf("no testdata here: the listing was not compared")
+				return
+			}
 			if v := strings.TrimSpace(nftOutput(t, b, "--version")); !strings.HasPrefix(v, goldenNft) {
 				t.Logf("nft is %q, not %s, which printed the golden files: the listing was not compared", v, goldenNft)
 				return
