@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,8 +56,8 @@ type Backend struct {
 	synced bool
 	// lookBroken is set once the look at the kernel's tables (look.go)
 	// proved unreliable on this node; reconciles then check only the jump
-	// rules.
-	lookBroken bool
+	// rules. Atomic: the families of a full sync may run at once.
+	lookBroken atomic.Bool
 	// rewritten is when the last sync that rewrote every chain started.
 	rewritten time.Time
 	// localnet is true once route_localnet has been set.
@@ -265,7 +266,7 @@ func (b *Backend) damaged(ctx context.Context, fam *family, p *plan.Plan) (bool,
 	if fam.baseOK && fam.stamped && fam.base == fam.seen {
 		return false, nil // nothing changed since the last sync
 	}
-	if b.lookBroken {
+	if b.lookBroken.Load() {
 		intact, err := ensureJumps(ctx, b.opts.NetNS, b.fl, fam.f, fam.ipt)
 		if err != nil && (ctx.Err() != nil || isLockTimeout(err)) {
 			return false, err
@@ -303,32 +304,51 @@ func (b *Backend) damaged(ctx context.Context, fam *family, p *plan.Plan) (bool,
 
 // fullSync rewrites every chain of both families, after looking at their
 // tables and adding the missing jump rules (see prepare); after the first
-// rewrite it checks that the look sees what was written (see verify). It
-// stops at an xtables lock timeout.
+// rewrite it checks that the look sees what was written (see verify). With
+// iptables-nft the two families go at once: they are separate nftables
+// tables, and a restart's first sync at 1k dual-stack services is that much
+// sooner. iptables-legacy's tools share the xtables lock, so there they go
+// one after the other, and the sync stops at a lock timeout.
 func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) (syncStats, error) {
-	var st syncStats
 	if b.opts.LocalhostNodePorts && !b.localnet {
 		if err := sysctl.Set(b.opts.NetNS, "net/ipv4/conf/all/route_localnet", "1"); err != nil {
 			b.log.Warn("Cannot enable route_localnet; NodePorts on 127.0.0.1 will not work", "error", err)
 		}
 		b.localnet = true
 	}
-	var errs []error
-	for _, fam := range b.fams {
-		err := b.prepare(ctx, fam)
-		if err == nil || !isLockTimeout(err) {
-			err = errors.Join(err, b.rewriteFamily(ctx, fam, p, &st))
+	stats := make([]syncStats, len(b.fams))
+	errs := make([]error, len(b.fams))
+	if b.fl.name == flavourNFT {
+		var wg sync.WaitGroup
+		for i, fam := range b.fams {
+			wg.Go(func() { errs[i] = b.fullSyncFamily(ctx, fam, p, &stats[i]) })
 		}
-		if err != nil {
-			errs = append(errs, err)
-			if isLockTimeout(err) {
+		wg.Wait()
+	} else {
+		for i, fam := range b.fams {
+			if errs[i] = b.fullSyncFamily(ctx, fam, p, &stats[i]); isLockTimeout(errs[i]) {
 				break
 			}
-			continue
 		}
-		b.verify(ctx, fam, p)
+	}
+	var st syncStats
+	for _, s := range stats {
+		st = st.plus(s)
 	}
 	return st, errors.Join(errs...)
+}
+
+// fullSyncFamily prepares and rewrites one family's tables, then verifies
+// the look; it touches no other family's state.
+func (b *Backend) fullSyncFamily(ctx context.Context, fam *family, p *plan.Plan, st *syncStats) error {
+	err := b.prepare(ctx, fam)
+	if err == nil || !isLockTimeout(err) {
+		err = errors.Join(err, b.rewriteFamily(ctx, fam, p, st))
+	}
+	if err == nil {
+		b.verify(ctx, fam, p)
+	}
+	return err
 }
 
 // prepare looks at one family's tables before a rewrite, unless their
@@ -358,14 +378,14 @@ func (b *Backend) prepare(ctx context.Context, fam *family) error {
 				return fmt.Errorf("iptables: add jump rules: %w", err)
 			}
 		}
-		if len(rest) == 0 && !b.lookBroken {
+		if len(rest) == 0 && !b.lookBroken.Load() {
 			return nil
 		}
 	} else {
 		b.log.Warn("Cannot look at the kernel's iptables rules before rewriting them; stale chains may stay", "family", int(fam.f), "error", err)
 	}
 	intact, jerr := ensureJumps(ctx, b.opts.NetNS, b.fl, fam.f, fam.ipt)
-	if err == nil && jerr == nil && intact && !b.lookBroken {
+	if err == nil && jerr == nil && intact && !b.lookBroken.Load() {
 		b.distrustLook(fam, "it missed jump rules that iptables -C found")
 	}
 	return jerr
@@ -420,7 +440,7 @@ func failedDelete(err error) bool {
 // tables at the same moment): reconciles then stop relying on it, or they
 // would rewrite everything every time.
 func (b *Backend) verify(ctx context.Context, fam *family, p *plan.Plan) {
-	if b.lookBroken || fam.verified {
+	if b.lookBroken.Load() || fam.verified {
 		return
 	}
 	look, err := b.lookFamily(ctx, fam.f)
@@ -437,7 +457,9 @@ func (b *Backend) verify(ctx context.Context, fam *family, p *plan.Plan) {
 // distrustLook stops relying on the look at the kernel's tables, saying
 // why.
 func (b *Backend) distrustLook(fam *family, why string) {
-	b.lookBroken = true
+	if !b.lookBroken.CompareAndSwap(false, true) {
+		return // the other family said it already
+	}
 	b.log.Warn("Weir cannot check its iptables rules cheaply on this node; periodic syncs check only the jump rules, and damage inside Weir's chains waits for the hourly rewrite",
 		"flavour", b.fl.name, "family", int(fam.f), "reason", why)
 }

@@ -142,13 +142,15 @@ func BenchmarkCheck10k(b *testing.B) {
 }
 
 // BenchmarkRestart1k measures, per flavour, what a restart costs the
-// iptables backend at the soak's scale (1k services × 10 endpoints): New,
+// iptables backend at the soak's scale (1k services × 10 endpoints, one in
+// five dual-stack): New,
 // which detects the flavour when asked for auto, and its first full sync,
 // which takes over and rewrites the tables an earlier process left.
 func BenchmarkRestart1k(b *testing.B) {
 	for _, fl := range []string{flavourLegacy, flavourNFT} {
 		b.Run(fl, func(b *testing.B) {
 			p := benchkit.Plan(1000, 10, 1)
+			benchkit.DualStack(p, 5)
 			netNS := benchLoaded(b, b, fl, p).opts.NetNS
 			b.ResetTimer()
 			for range b.N {

@@ -72,3 +72,30 @@ func Plan(n, eps, nodePortEvery int) *plan.Plan {
 	}
 	return p
 }
+
+// DualStack gives every every-th service of p (from Plan) an IPv6 cluster
+// IP as well, fd00:96::N, and as many IPv6 endpoints as IPv4 ones.
+func DualStack(p *plan.Plan, every int) {
+	for _, s := range p.Services {
+		var i int
+		if _, err := fmt.Sscanf(s.Key.Name, "svc-%d", &i); err != nil || i%every != 0 {
+			continue
+		}
+		s.ClusterIPs = append(s.ClusterIPs, v6(0x96, i, 0))
+		for j := range len(s.Endpoints) {
+			ep := s.Endpoints[j]
+			ep.Address = v6(0x128, i, j+1)
+			s.Endpoints = append(s.Endpoints, ep)
+		}
+	}
+}
+
+// v6 returns fd00:PREFIX::I:J.
+func v6(prefix uint16, i, j int) netip.Addr {
+	var a [16]byte
+	a[0], a[1] = 0xfd, 0x00
+	a[2], a[3] = byte(prefix>>8), byte(prefix)
+	a[10], a[11], a[12], a[13] = byte(i>>24), byte(i>>16), byte(i>>8), byte(i)
+	a[14], a[15] = byte(j>>8), byte(j)
+	return netip.AddrFrom16(a)
+}
