@@ -91,18 +91,26 @@ func BenchmarkApply(b *testing.B) {
 }
 
 // BenchmarkLoad measures loading a plugin whose compiled code is in the
-// on-disk cache.
+// on-disk cache, alone and configured four times (the entries share one
+// compiled module).
 func BenchmarkLoad(b *testing.B) {
-	cfg := reweight("reweight", "w")
+	b.Run("one", func(b *testing.B) { benchLoad(b, reweight("reweight", "w")) })
+	b.Run("four-of-one-file", func(b *testing.B) {
+		benchLoad(b, reweight("a", "w"), reweight("b", "w"), reweight("c", "w"), reweight("d", "w"))
+	})
+}
+
+// benchLoad measures New and Close of a chain of cfgs, after a warm-up.
+func benchLoad(b *testing.B, cfgs ...Config) {
 	log, _ := testLog(b)
 	opts := Options{CacheDir: cacheDir, Log: log}
-	warm, err := New(context.Background(), []Config{cfg}, opts)
+	warm, err := New(context.Background(), cfgs, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
 	_ = warm.Close(context.Background())
 	for b.Loop() {
-		c, err := New(context.Background(), []Config{cfg}, opts)
+		c, err := New(context.Background(), cfgs, opts)
 		if err != nil {
 			b.Fatal(err)
 		}

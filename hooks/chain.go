@@ -34,6 +34,7 @@ type Chain struct {
 	opts  Options
 	log   *slog.Logger
 	cache wazero.CompilationCache // nil without plugins
+	mods  modules                 // the compiled modules the plugins share
 
 	loadMu sync.Mutex // held while Watch loads a new plugin version, and by Close
 
@@ -114,7 +115,7 @@ func (c *Chain) openAll(ctx context.Context) []error {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			s.p, errs[i] = open(ctx, s.settings, c.cache, c.log)
+			s.p, errs[i] = open(ctx, s.settings, &c.mods, c.cache, c.log)
 		})
 	}
 	wg.Wait()

@@ -73,7 +73,7 @@ func (p *plugin) newInstance(ctx context.Context) (_ *instance, err error) {
 	if err != nil {
 		return nil, err
 	}
-	mod, err := p.rt.InstantiateModule(memory.allocator(ctx), p.code, cfg)
+	mod, err := p.mod.rt.InstantiateModule(memory.allocator(ctx), p.mod.code, cfg)
 	if err != nil {
 		memory.Free()
 		return nil, fmt.Errorf("instantiate: %w", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"golang.org/x/sys/cpu"
 
 	"github.com/weirproxy/weir/sdk/abi"
@@ -27,14 +25,15 @@ import (
 // calls, so at most max(maxIdle, maxWorkers) exist at a time.
 const maxIdle = 2
 
-// plugin is one loaded version of a plugin file: its own runtime (so its
-// own memory limit), its compiled module and a pool of idle instances.
+// plugin is one loaded version of a plugin file: its compiled module (in
+// a runtime of its memory limit, shared with the plugins loaded from the
+// same bytes under the same limit) and a pool of idle instances.
 type plugin struct {
 	*settings
-	sha  string
-	log  *slog.Logger
-	rt   wazero.Runtime
-	code wazero.CompiledModule
+	sha     string
+	log     *slog.Logger
+	mod     *module
+	modules *modules // where mod goes back on close
 
 	mu     sync.Mutex
 	idle   []*instance
@@ -46,12 +45,12 @@ type plugin struct {
 }
 
 // open reads, verifies and loads a plugin file.
-func open(ctx context.Context, s *settings, cache wazero.CompilationCache, log *slog.Logger) (*plugin, error) {
+func open(ctx context.Context, s *settings, ms *modules, cache wazero.CompilationCache, log *slog.Logger) (*plugin, error) {
 	data, sum, err := readFile(s)
 	if err != nil {
 		return nil, err
 	}
-	return load(ctx, s, data, sum, cache, log)
+	return load(ctx, s, data, sum, ms, cache, log)
 }
 
 // readFile reads a plugin file and returns it with its hex sha256.
@@ -66,7 +65,7 @@ func readFile(s *settings) ([]byte, string, error) {
 
 // load checks data against the pinned sha256, compiles it and checks that
 // it instantiates and accepts its configuration.
-func load(ctx context.Context, s *settings, data []byte, sum string, cache wazero.CompilationCache,
+func load(ctx context.Context, s *settings, data []byte, sum string, ms *modules, cache wazero.CompilationCache,
 	log *slog.Logger) (*plugin, error) {
 	if s.SHA256 != "" && sum != s.SHA256 {
 		return nil, fmt.Errorf("plugin %q: sha256 of %s is %s, config pins %s", s.Name, s.Path, sum, s.SHA256)
@@ -75,7 +74,7 @@ func load(ctx context.Context, s *settings, data []byte, sum string, cache wazer
 	if err != nil {
 		return nil, fmt.Errorf("plugin %q: %s: %w", s.Name, s.Path, err)
 	}
-	p := &plugin{settings: s, sha: sum, log: log}
+	p := &plugin{settings: s, sha: sum, log: log, modules: ms}
 	if !compilerSupported() {
 		log.Warn("This CPU cannot run wazero's compiled code (amd64 without SSE4.1); the plugin runs in wazero's interpreter, several times slower",
 			"plugin", s.Name)
@@ -93,24 +92,14 @@ func compilerSupported() bool {
 	return runtime.GOARCH != "amd64" || cpu.X86.HasSSE41
 }
 
-// compile sets up the plugin's runtime and module and its first instance.
+// compile takes the plugin's module, compiling data unless a loaded
+// plugin shares it, and makes the first instance.
 func (p *plugin) compile(ctx context.Context, data []byte, cache wazero.CompilationCache) error {
-	// wazero compiles to machine code where it can (on amd64 it needs
-	// SSE4.1), and interprets elsewhere: slower, but a plugin still runs
-	// instead of the process dying of SIGILL.
-	cfg := wazero.NewRuntimeConfig().
-		WithCompilationCache(cache).
-		WithMemoryLimitPages(p.pages).
-		WithCloseOnContextDone(true)
-	p.rt = wazero.NewRuntimeWithConfig(ctx, cfg)
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, p.rt); err != nil {
-		return fmt.Errorf("WASI: %w", err)
-	}
-	code, err := p.rt.CompileModule(ctx, data)
+	mod, err := p.modules.acquire(ctx, moduleKey{sha: p.sha, pages: p.pages}, data, cache)
 	if err != nil {
-		return fmt.Errorf("compile: %w", err)
+		return err
 	}
-	p.code = code
+	p.mod = mod
 	inst, err := p.newInstance(ctx)
 	if err != nil {
 		return err
@@ -199,15 +188,11 @@ func (p *plugin) close() error {
 	for _, inst := range idle {
 		inst.close()
 	}
-	var errs []error
-	ctx := context.Background()
-	if p.code != nil {
-		errs = append(errs, p.code.Close(ctx))
+	var err error
+	if p.mod != nil {
+		err = p.modules.release(p.mod)
 	}
-	if p.rt != nil {
-		errs = append(errs, p.rt.Close(ctx))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return fmt.Errorf("plugin %q: close: %w", p.Name, err)
 	}
 	return nil

@@ -105,7 +105,7 @@ func (c *Chain) reload(ctx context.Context, s *slot) {
 	if sum == current || sum == lastFailed {
 		return
 	}
-	p, err := load(ctx, s.settings, data, sum, c.cache, c.log)
+	p, err := load(ctx, s.settings, data, sum, &c.mods, c.cache, c.log)
 	if err != nil {
 		c.mu.Lock()
 		s.failedSHA = sum
