@@ -43,6 +43,7 @@ type faultResult struct {
 	// pluginLoad is the part of firstSync before "Starting Weir": loading
 	// the plugins (from the compilation cache) and the configuration.
 	pluginLoad time.Duration
+	services   int // after a restart: how many services the API held
 	healthz    int
 	// stalled says the machine stalled around the fault: its times are
 	// the machine's, not Weir's, and are not held to the targets.
@@ -52,8 +53,8 @@ type faultResult struct {
 func (r *faultResult) summary() string {
 	s := fmt.Sprintf("%s (%s): %s", r.kind, r.phase, describe(r.conv))
 	if r.restart {
-		s += fmt.Sprintf("; first sync %v after the start (%v of it loading plugins)",
-			r.firstSync.Round(time.Millisecond), r.pluginLoad.Round(time.Millisecond))
+		s += fmt.Sprintf("; first sync %v after the start (%v of it loading plugins; %d services)",
+			r.firstSync.Round(time.Millisecond), r.pluginLoad.Round(time.Millisecond), r.services)
 	}
 	if r.stalled {
 		s += "; the machine stalled meanwhile (times not held to the targets)"
@@ -330,7 +331,8 @@ func (r *report) checkResult(res *faultResult, fail func(string, ...any)) {
 		fail("%s: converged in %v, more than syncPeriod %v", where, res.conv.took.Round(time.Millisecond), r.cfg.SyncPeriod)
 	}
 	if res.restart && (res.firstSync == 0 || res.firstSync > restartTarget) {
-		fail("%s: first sync %v after the start, target %v", where, res.firstSync.Round(time.Millisecond), restartTarget)
+		fail("%s: first sync %v after the start with %d services, target %v", where,
+			res.firstSync.Round(time.Millisecond), res.services, restartTarget)
 	}
 	if res.healthz != http.StatusOK {
 		fail("%s: /healthz answered %d once converged, want 200", where, res.healthz)

@@ -404,6 +404,7 @@ func (s *run) measure(ctx context.Context, round int, kind, phase string, in inj
 	if in.restart {
 		p := s.d.current()
 		res.firstSync, res.pluginLoad = p.firstSync(), p.pluginLoad()
+		res.services = len(s.churn.svcs)
 	}
 	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	res.healthz, _ = s.d.healthz(hctx)
