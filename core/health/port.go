@@ -42,6 +42,7 @@ type portServer struct {
 type snapshot struct {
 	namespace, name string
 	count           int
+	weight          string // count, for the X-Load-Balancing-Endpoint-Weight header
 	bodyHealthy     []byte
 	bodyUnhealthy   []byte
 }
@@ -52,6 +53,7 @@ func newSnapshot(svc Service) *snapshot {
 		namespace:     svc.Namespace,
 		name:          svc.Name,
 		count:         count,
+		weight:        strconv.Itoa(count),
 		bodyHealthy:   renderBody(svc.Namespace, svc.Name, count, true),
 		bodyUnhealthy: renderBody(svc.Namespace, svc.Name, count, false),
 	}
@@ -106,6 +108,9 @@ func (ps *portServer) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
+	// Load balancers that weigh nodes by it (Google Cloud's weighted
+	// backend services) read the count from this header, as kube-proxy sends it.
+	h.Set("X-Load-Balancing-Endpoint-Weight", st.weight)
 	body := st.bodyUnhealthy
 	if healthy {
 		body = st.bodyHealthy

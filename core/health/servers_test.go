@@ -1,6 +1,7 @@
 package health
 
 import (
+	"strconv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -126,6 +127,9 @@ func checkResponse(t *testing.T, r response, code int, ns, name string, n int, h
 	}
 	if got := r.header.Get("X-Content-Type-Options"); got != "nosniff" {
 		t.Errorf("X-Content-Type-Options %q", got)
+	}
+	if got, want := r.header.Get("X-Load-Balancing-Endpoint-Weight"), strconv.Itoa(n); got != want {
+		t.Errorf("X-Load-Balancing-Endpoint-Weight %q, want %q", got, want)
 	}
 	if want := kubeProxyBody(ns, name, n, healthy); r.body != want {
 		t.Errorf("body\n%s\nwant\n%s", r.body, want)

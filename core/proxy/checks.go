@@ -8,8 +8,11 @@ import (
 )
 
 // healthChecksOf computes, from the final plan, the health check of each
-// named service: its port and how many distinct endpoints on this node
-// serve its Local traffic; a nil entry means it has none.
+// named service: its port and, like kube-proxy's LocalReadyEndpoints, how
+// many distinct addresses of ready endpoints it has on this node, over all
+// its ports. A terminating endpoint does not count even while it serves
+// the Local traffic as a fallback: load balancers then drain the node
+// during a rollout. A nil entry means the service has no health check.
 func (p *Proxy) healthChecksOf(names map[string]bool) map[string]*health.Service {
 	out := make(map[string]*health.Service, len(names))
 	for name := range names {
@@ -31,7 +34,7 @@ func (p *Proxy) healthCheckOf(name string) *health.Service {
 		}
 		hc.Namespace, hc.Name, hc.Port = s.Key.Namespace, s.Key.Name, s.HealthCheckNodePort
 		for _, e := range s.Endpoints {
-			if e.ForLocal && !slices.Contains(local, e.Address) {
+			if e.Local && e.Ready && !slices.Contains(local, e.Address) {
 				local = append(local, e.Address)
 			}
 		}

@@ -674,6 +674,46 @@ func TestHealthChecksFollowLocalEndpoints(t *testing.T) {
 	}
 }
 
+// TestHealthCheckCountsReadyEndpointsOnly shows that, like kube-proxy, a
+// health check counts only ready local endpoints: a node whose local
+// endpoints are all terminating answers 503, so load balancers drain it,
+// while those endpoints still serve its Local traffic.
+func TestHealthCheckCountsReadyEndpointsOnly(t *testing.T) {
+	hc := &recordingHealth{}
+	be := newFakeBackend()
+	p := proxy.New(proxy.Options{NodeName: "n1", Backend: be, HealthChecks: hc})
+	h := p.Handler()
+	lb := service("lb", "10.96.0.40", svcPort("http", 80))
+	lb.Spec.Type = corev1.ServiceTypeLoadBalancer
+	lb.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	lb.Spec.HealthCheckNodePort = 32000
+	lb.Spec.Ports[0].NodePort = 30080
+	h.OnService(nil, lb)
+	slice := endpointSlice("lb-1", "lb", ports(epPort("http", 8080)), "10.244.0.41", "10.244.0.42")
+	for i := range slice.Endpoints {
+		slice.Endpoints[i].Conditions = discoveryv1.EndpointConditions{Ready: new(false), Serving: new(true), Terminating: new(true)}
+	}
+	h.OnEndpointSlice(nil, slice)
+	h.OnSynced()
+	if err := p.Sync(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if want := []health.Service{{Namespace: ns, Name: "lb", Port: 32000}}; !slices.Equal(hc.last, want) {
+		t.Errorf("health checks %v, want %v", hc.last, want)
+	}
+	local := 0
+	for _, s := range be.last(t).plan.Services {
+		for _, e := range s.Endpoints {
+			if e.ForLocal {
+				local++
+			}
+		}
+	}
+	if local != 2 {
+		t.Errorf("%d endpoints serve Local traffic, want the 2 terminating ones as a fallback", local)
+	}
+}
+
 // TestNodeOnlyChangeReachesBackend changes only the node's podCIDRs: the
 // backend is called with no changed services and the new node.
 func TestNodeOnlyChangeReachesBackend(t *testing.T) {

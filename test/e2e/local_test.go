@@ -42,7 +42,9 @@ var (
 // LoadBalancer Service with externalTrafficPolicy Local whose only pod runs
 // on node-a. Node-a's health check node port answers 200 with one local
 // endpoint and node-b's 503 with none; the node port and the load-balancer
-// IP on node-a reach the pod with the client's own source address, and the
+// IP on node-a reach the pod with the client's own source address; once
+// the pod is terminating, node-a's health check answers 503 while the pod
+// still serves its node port; and the
 // node port on node-b drops connections (times out, no reset or ICMP
 // error).
 func TestWeirExternalTrafficPolicyLocal(t *testing.T) {
@@ -80,6 +82,16 @@ func TestWeirExternalTrafficPolicyLocal(t *testing.T) {
 			t.Errorf("%s on node-a: answer %v, %v; want %s with the client's source %s kept", addr, a, err, localPod.Name, topoA.ClientIP)
 		}
 	}
+	// Terminating, the pod still serves node-a's Local traffic as a
+	// fallback, but like kube-proxy the health check counts only ready
+	// endpoints: load balancers drain node-a during a rollout. With no
+	// kubelet, the pod stays terminating.
+	grace := int64(3600)
+	if err := cp.Client.CoreV1().Pods("default").Delete(ctx, localPod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(t, dA, topoA.Client, netip.AddrPortFrom(topoA.NodeIP, hc), http.StatusServiceUnavailable, 0)
+	waitSet(t, dA, topoA.Client, netip.AddrPortFrom(topoA.NodeIP, np), programmingLimit, localPod.Name)
 	// Internal traffic still reaches the pod on the other node.
 	waitSet(t, dB, topoB.Client, clusterIP(t, svc), programmingLimit, remotePod.Name)
 	// Only once node-b's first sync is committed does a timeout prove a
