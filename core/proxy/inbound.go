@@ -42,6 +42,8 @@ type inbound struct {
 	carried  []time.Time
 	// sourceDown is set between OnSourceDown and OnSourceUp.
 	sourceDown bool
+	// ownNode is set once the Node named NodeName arrived.
+	ownNode bool
 }
 
 func newInbound(p *Proxy, start time.Time) *inbound {
@@ -131,12 +133,21 @@ func (in *inbound) OnNode(prev, cur *corev1.Node) {
 	if node == nil {
 		node = prev
 	}
-	h := in.p.opts.Health
-	if h != nil && node != nil && (in.p.opts.NodeName == "" || node.Name == in.p.opts.NodeName) {
+	if node == nil {
+		return
+	}
+	if name := in.p.opts.NodeName; name != "" && node.Name != name {
+		// A files source's folder may describe several Nodes: only this
+		// one gives the zone, podCIDRs and addresses.
+		in.p.log.Debug("Ignoring another Node", "node", node.Name, "nodeName", name)
+		return
+	}
+	if h := in.p.opts.Health; h != nil {
 		h.SetNodeEligible(nodeEligible(node))
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	in.ownNode = cur != nil
 	in.p.tracker.OnNode(prev, cur)
 }
 
@@ -183,8 +194,18 @@ func (in *inbound) OnSourceUp() {
 	}
 }
 
-// OnSynced hands the end of the initial listing to the tracker.
-func (in *inbound) OnSynced() { in.p.tracker.OnSynced() }
+// OnSynced marks the initial listing complete, warning when it held no
+// Node named NodeName.
+func (in *inbound) OnSynced() {
+	in.mu.Lock()
+	own := in.ownNode
+	in.mu.Unlock()
+	if name := in.p.opts.NodeName; name != "" && !own {
+		in.p.log.Warn("The source has no Node named nodeName; Weir runs without the node's zone, podCIDRs and addresses (topology, detectLocalMode NodeCIDR and nodePortAddresses primary need them)",
+			"nodeName", name)
+	}
+	in.p.tracker.OnSynced()
+}
 
 // pending publishes how many services have changes waiting; mu is held.
 func (in *inbound) pending() {

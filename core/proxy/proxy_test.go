@@ -776,3 +776,37 @@ func TestStaleUDPFlowsClearedAfterCommit(t *testing.T) {
 		t.Errorf("cleared %v, want it to include %v", ct.flows, want)
 	}
 }
+
+// TestOnlyOwnNode delivers several Nodes, as a files source folder may
+// hold: only the one named NodeName is this node, whichever comes last,
+// and deleting another leaves it in place. Without it, the end of the
+// listing warns.
+func TestOnlyOwnNode(t *testing.T) {
+	p, be, logs := newProxy(t)
+	h := p.Handler()
+	other := node("n2")
+	other.Labels[corev1.LabelTopologyZone] = "z2"
+	h.OnNode(nil, node("n1"))
+	h.OnNode(nil, other)
+	h.OnNode(other, nil)
+	h.OnService(nil, service("web", "10.96.0.10", svcPort("http", 80)))
+	h.OnSynced()
+	if err := p.Sync(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if n := be.last(t).plan.Node; n.Name != "n1" || n.Zone != "z1" {
+		t.Errorf("the plan's node is %q in zone %q, want n1 in z1", n.Name, n.Zone)
+	}
+	if w := withPrefix(logs.take(), "The source has no Node"); len(w) != 0 {
+		t.Errorf("warned about a missing Node that is there:%s", logged(w))
+	}
+
+	p, _, logs = newProxy(t)
+	h = p.Handler()
+	h.OnNode(nil, other)
+	h.OnSynced()
+	w := withPrefix(logs.take(), "The source has no Node named nodeName")
+	if len(w) != 1 || w[0].Level != slog.LevelWarn || w[0].Attrs["nodeName"] != "n1" {
+		t.Errorf("without its own Node: %d warnings naming it, want one:%s", len(w), logged(w))
+	}
+}
