@@ -1,7 +1,6 @@
 package health
 
 import (
-	"strconv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"

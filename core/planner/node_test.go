@@ -60,7 +60,7 @@ func TestNode(t *testing.T) {
 		want: plan.Node{
 			Name:      "node-a",
 			Zone:      "eu-west-1a",
-			Addresses: addrs("192.168.10.11", "fd00:192:168::11", "203.0.113.11"),
+			Addresses: addrs("192.168.10.11", "fd00:192:168::11"),
 			PodCIDRs:  prefixes("10.244.0.0/24", "fd00:10:244::/64"),
 		},
 	}, {
@@ -76,6 +76,22 @@ func TestNode(t *testing.T) {
 			{Type: corev1.NodeExternalIP, Address: "198.51.100.7"},
 		}}},
 		want: plan.Node{Name: "node-a", Addresses: addrs("198.51.100.7")},
+	}, {
+		name: "one primary address per family, InternalIPs before ExternalIPs, like kube-proxy",
+		node: &corev1.Node{Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeExternalIP, Address: "2001:db8::7"},
+			{Type: corev1.NodeExternalIP, Address: "203.0.113.7"},
+			{Type: corev1.NodeInternalIP, Address: "192.168.10.7"},
+			{Type: corev1.NodeInternalIP, Address: "192.168.10.8"},
+		}}},
+		want: plan.Node{Name: "node-a", Addresses: addrs("192.168.10.7", "2001:db8::7")},
+	}, {
+		name: "only ExternalIPs of one family: the first",
+		node: &corev1.Node{Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeExternalIP, Address: "203.0.113.7"},
+			{Type: corev1.NodeExternalIP, Address: "203.0.113.8"},
+		}}},
+		want: plan.Node{Name: "node-a", Addresses: addrs("203.0.113.7")},
 	}, {
 		name: "bad addresses and CIDRs are skipped",
 		node: &corev1.Node{

@@ -5,7 +5,6 @@ package planner
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -144,6 +143,26 @@ func servicePort(cfg Config, obj string, svc *corev1.Service, i int, port corev1
 	return ps, append(problems, p...)
 }
 
+// primaryIPs picks the node's primary addresses as kube-proxy does
+// (GetNodeHostIPs): the first InternalIP, or without one the first
+// ExternalIP, then the first address of the other family in the same
+// order. These are what nodePortAddresses primary serves node ports on.
+func primaryIPs(addrs []corev1.NodeAddress) []netip.Addr {
+	var out []netip.Addr
+	for _, typ := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+		for _, a := range addrs {
+			ip, err := netip.ParseAddr(a.Address)
+			if a.Type != typ || err != nil {
+				continue
+			}
+			if ip = ip.Unmap(); len(out) == 0 || (len(out) == 1 && ip.Is4() != out[0].Is4()) {
+				out = append(out, ip)
+			}
+		}
+	}
+	return out
+}
+
 func hasNodePorts(svc *corev1.Service) bool {
 	return svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 }
@@ -155,14 +174,7 @@ func Node(name string, node *corev1.Node) plan.Node {
 		return n
 	}
 	n.Zone = node.Labels[corev1.LabelTopologyZone]
-	for _, a := range node.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
-			continue
-		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil && !slices.Contains(n.Addresses, ip) {
-			n.Addresses = append(n.Addresses, ip)
-		}
-	}
+	n.Addresses = primaryIPs(node.Status.Addresses)
 	for _, c := range node.Spec.PodCIDRs {
 		if p, err := netip.ParsePrefix(c); err == nil {
 			n.PodCIDRs = append(n.PodCIDRs, p)

@@ -58,8 +58,10 @@ type Plan struct {
 
 // Node describes the node Weir runs on.
 type Node struct {
-	Name      string
-	Zone      string
+	Name string
+	Zone string
+	// Addresses are the node's primary IPs, at most one per family, as
+	// kube-proxy picks them from the Node's InternalIPs and ExternalIPs.
 	Addresses []netip.Addr
 	PodCIDRs  []netip.Prefix
 }
