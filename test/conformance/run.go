@@ -46,6 +46,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/core/proxy"
@@ -189,6 +192,11 @@ func runRow(t *testing.T, r Row, newBackend NewBackend) {
 		proxy:   proxy.New(proxy.Options{NodeName: NodeName, Backend: rec, Conntrack: ct, Log: logger}),
 	}
 	h := run.proxy.Handler()
+	if !slices.ContainsFunc(objs, func(o object) bool { return o.node != nil }) {
+		// Every cluster has the node's Node object; a row that needs
+		// nothing of it gets a bare one.
+		objs = append([]object{{node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: NodeName}}}}, objs...)
+	}
 	for _, o := range objs {
 		run.objects.apply(h, o)
 	}
