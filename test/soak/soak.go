@@ -574,7 +574,13 @@ func (s *run) sample(ctx context.Context) {
 		m, err := s.d.scrape(sctx)
 		cancel()
 		if err == nil {
-			s.rep.addSample(sample{at: time.Now(), rss: m[mRSS], goroutines: m[mGoroutines], proc: s.d.startCount()})
+			smp := sample{at: time.Now(), rss: m[mRSS], goroutines: m[mGoroutines], proc: s.d.startCount()}
+			if p := s.d.current(); p != nil && p.cmd.Process != nil {
+				if n, err := nodePortListeners(p.cmd.Process.Pid); err == nil {
+					smp.listeners = float64(n)
+				}
+			}
+			s.rep.addSample(smp)
 		}
 		s.rep.addLoad(loadAverage())
 	}
