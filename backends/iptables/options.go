@@ -20,6 +20,11 @@ type Options struct {
 	// (see Backend.Sync). A failed restore, and damage the periodic look at
 	// the tables finds (look.go), always lead to a rewrite.
 	RewritePeriod time.Duration
+	// KeepInvalid leaves alone forwarded packets conntrack calls invalid;
+	// by default KUBE-FORWARD drops them, as kube-proxy does unless
+	// conntrack.tcpBeLiberal is set (an out-of-window packet would
+	// otherwise reach a pod un-NATed and be answered with a reset).
+	KeepInvalid bool
 }
 
 // defaultRewritePeriod is RewritePeriod's default.

@@ -227,9 +227,13 @@ func (r *renderer) staticNAT(b []byte) []byte {
 }
 
 // staticFilter appends the filter rules that do not depend on services:
-// forwarding of service traffic, and with localhost node ports the drop of
+// the drop of invalid packets (unless KeepInvalid), forwarding of service
+// traffic, and with localhost node ports the drop of
 // packets to 127.0.0.0/8 from elsewhere (which route_localnet would let in).
 func (r *renderer) staticFilter(b []byte) []byte {
+	if !r.o.KeepInvalid {
+		b = appendRule(b, "-A", kubeForward, "-m conntrack --ctstate INVALID -j DROP")
+	}
 	b = appendRule(b, "-A", kubeForward,
 		`-m comment --comment "kubernetes forwarding rules" -m mark --mark `+masqMark+"/"+masqMark+" -j ACCEPT")
 	b = appendRule(b, "-A", kubeForward,

@@ -15,30 +15,35 @@ type state struct {
 	maps      map[mapID]int      // entries drawing from each endpoints map
 	chains    map[pickSpec]int   // elements sending packets to each pick chain
 	hairpin   map[netip.Addr]int // services per endpoint address
+	clusterIP map[netip.Addr]int // service ports per cluster IP
 	podCIDRs  []netip.Prefix     // what the pod-cidrs set holds
 	nodeAddrs []netip.Prefix     // what the nodeport-cidrs set holds with NodePortPrimary
+	// serviceCIDRs is what the service-cidrs set holds.
+	serviceCIDRs []netip.Prefix
 }
 
 func newState() *state {
 	return &state{services: map[plan.Key]*serviceState{}, maps: map[mapID]int{}, chains: map[pickSpec]int{},
-		hairpin: map[netip.Addr]int{}}
+		hairpin: map[netip.Addr]int{}, clusterIP: map[netip.Addr]int{}}
 }
 
 // changes is a pending update of state: it is merged only after the kernel
 // accepted the transaction, so a failed commit leaves state matching the
 // kernel's previous rules.
 type changes struct {
-	fam      *family
-	base     *state
-	services map[plan.Key]*serviceState // nil value: deleted
-	maps     map[mapID]int
-	chains   map[pickSpec]int
-	hairpin  map[netip.Addr]int
+	fam       *family
+	base      *state
+	services  map[plan.Key]*serviceState // nil value: deleted
+	maps      map[mapID]int
+	chains    map[pickSpec]int
+	hairpin   map[netip.Addr]int
+	clusterIP map[netip.Addr]int
 	// sticky holds the service ports whose sticky objects change.
-	sticky    []stickyChange
-	podCIDRs  []netip.Prefix
-	nodeAddrs []netip.Prefix
-	del, add  map[string][]element
+	sticky       []stickyChange
+	podCIDRs     []netip.Prefix
+	nodeAddrs    []netip.Prefix
+	serviceCIDRs []netip.Prefix
+	del, add     map[string][]element
 }
 
 // stickyChange is a change of one service port's sticky objects.
@@ -47,7 +52,7 @@ type stickyChange struct{ old, cur *serviceState }
 func newChanges(base *state, f *family) *changes {
 	return &changes{fam: f,
 		base: base, services: map[plan.Key]*serviceState{}, maps: map[mapID]int{}, chains: map[pickSpec]int{},
-		hairpin: map[netip.Addr]int{}, del: map[string][]element{}, add: map[string][]element{},
+		hairpin: map[netip.Addr]int{}, clusterIP: map[netip.Addr]int{}, del: map[string][]element{}, add: map[string][]element{},
 	}
 }
 
@@ -159,6 +164,12 @@ func (c *changes) refcounts(old, cur *serviceState) {
 	for _, a := range cur.hairpinAddrs() {
 		c.hairpin[a] = count(c.hairpin, c.base.hairpin, a) + 1
 	}
+	for _, a := range old.clusterIPs() {
+		c.clusterIP[a] = count(c.clusterIP, c.base.clusterIP, a) - 1
+	}
+	for _, a := range cur.clusterIPs() {
+		c.clusterIP[a] = count(c.clusterIP, c.base.clusterIP, a) + 1
+	}
 }
 
 // write appends the changes to t in an order the kernel accepts: new maps
@@ -180,15 +191,8 @@ func (c *changes) write(t *txn, l *layout) {
 	for _, sc := range c.sticky {
 		l.addSticky(t, sc.old, sc.cur)
 	}
-	for _, a := range sortedAddrs(c.hairpin) {
-		was, now := c.base.hairpin[a], c.hairpin[a]
-		switch {
-		case was == 0 && now > 0:
-			c.add[setHairpin] = append(c.add[setHairpin], hairpinElement(a))
-		case was > 0 && now == 0:
-			c.del[setHairpin] = append(c.del[setHairpin], hairpinElement(a))
-		}
-	}
+	c.counted(setHairpin, c.hairpin, c.base.hairpin, hairpinElement)
+	c.counted(setClusterIPs, c.clusterIP, c.base.clusterIP, addrElement)
 	for _, name := range sortedKeys(c.del) {
 		t.delElems(l.setNamed(name), c.del[name]...)
 	}
@@ -230,6 +234,20 @@ func sortedSpecs(m map[pickSpec]int) []pickSpec {
 	return specs
 }
 
+// counted adds to set the element of each address whose count rises from
+// zero, and deletes that of each whose count falls to zero.
+func (c *changes) counted(set string, pending, base map[netip.Addr]int, elem func(netip.Addr) element) {
+	for _, a := range sortedAddrs(pending) {
+		was, now := base[a], pending[a]
+		switch {
+		case was == 0 && now > 0:
+			c.add[set] = append(c.add[set], elem(a))
+		case was > 0 && now == 0:
+			c.del[set] = append(c.del[set], elem(a))
+		}
+	}
+}
+
 // commit merges the changes into their base state.
 func (c *changes) commit() {
 	s := c.base
@@ -243,8 +261,10 @@ func (c *changes) commit() {
 	mergeCounts(s.maps, c.maps)
 	mergeCounts(s.chains, c.chains)
 	mergeCounts(s.hairpin, c.hairpin)
+	mergeCounts(s.clusterIP, c.clusterIP)
 	s.podCIDRs = c.podCIDRs
 	s.nodeAddrs = c.nodeAddrs
+	s.serviceCIDRs = c.serviceCIDRs
 }
 
 func mergeCounts[K comparable](dst, src map[K]int) {

@@ -54,6 +54,9 @@ func bucketElement(key []byte, bucket uint32, ep netip.AddrPort) element {
 	return element{Key: bucketKey(key, bucket), Val: endpointValue(ep)}
 }
 
+// addrElement is an element of a set of addresses.
+func addrElement(a netip.Addr) element { return element{Key: a.AsSlice()} }
+
 func hairpinElement(a netip.Addr) element {
 	return element{Key: concat(a.AsSlice(), a.AsSlice())}
 }

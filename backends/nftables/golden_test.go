@@ -100,6 +100,7 @@ var goldenCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.M
 func TestGoldenFullSync(t *testing.T) {
 	b := offlineBackend(Options{Common: backends.Common{ClusterCIDRs: goldenCIDRs[:1]}})
 	p := fullPlan()
+	p.ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:10:96::/112")}
 	tx, _ := b.fullTxn(p)
 	golden(t, "full.nft", tx.String())
 }

@@ -37,6 +37,12 @@ const (
 	setFirewallIPs   = "firewall-ips"   // load-balancer IP . proto . port with source ranges
 	setFirewallAllow = "firewall-allow" // the same . allowed source range (intervals)
 	chainFirewall    = "firewall-check"
+	// The cluster-IP checks, kube-proxy's: a new connection still headed
+	// for a cluster IP after DNAT asked for a port no service serves, one
+	// headed for another address of the service CIDRs for no service.
+	chainClusterIPsCheck = "cluster-ips-check"
+	setClusterIPs        = "cluster-ips"   // every cluster IP of the family
+	setServiceCIDRs      = "service-cidrs" // the plan's service CIDRs (intervals)
 )
 
 // portKeyType is the key of node-port entries. Bucket numbers are typed
@@ -103,6 +109,8 @@ func (l *layout) base(t *txn, refill bool) {
 		l.dataMap(setShortNodePorts, portKeyType, nftables.TypeVerdict),
 		l.set(setFirewallIPs, l.fam.ipKeyType()),
 		l.firewallAllowSet(),
+		l.set(setClusterIPs, l.fam.addrType),
+		l.intervalSet(setServiceCIDRs),
 	} {
 		l.addSet(t, s)
 	}
@@ -113,7 +121,31 @@ func (l *layout) base(t *txn, refill bool) {
 	l.serviceRules(t)
 	l.masqueradeRules(t)
 	l.endpointCheckRules(t)
+	l.clusterIPsCheckRules(t)
 	l.firewallRules(t)
+}
+
+// clusterIPsCheckRules reject new connections to a cluster IP on a port no
+// service serves (the ones it serves were DNATed before this hook) and drop
+// those to an address of the service CIDRs that no service has. As for
+// services without endpoints, TCP gets a reset and the rest ICMP port
+// unreachable, where kube-proxy's plain reject sends ICMP to TCP too: the
+// client sees the same refusal.
+func (l *layout) clusterIPsCheckRules(t *txn) {
+	c := l.chain(chainClusterIPsCheck)
+	daddrIn := func(set string) []expr.Any { return []expr.Any{l.fam.loadDaddr(regKey), lookup(regKey, set, false)} }
+	t.add(op{kind: opAddRule, chain: c, rule: &rule{
+		text:  "ip daddr @" + setClusterIPs + " meta l4proto tcp reject with tcp reset",
+		exprs: append(append(daddrIn(setClusterIPs), isTCP()...), rejectTCPReset()),
+	}})
+	t.add(op{kind: opAddRule, chain: c, rule: &rule{
+		text:  "ip daddr @" + setClusterIPs + " reject",
+		exprs: append(daddrIn(setClusterIPs), l.fam.rejectPortUnreachable()),
+	}})
+	t.add(op{kind: opAddRule, chain: c, rule: &rule{
+		text:  "ip daddr @" + setServiceCIDRs + " drop",
+		exprs: append(daddrIn(setServiceCIDRs), drop()),
+	}})
 }
 
 // firewallAllowSet holds, per load-balancer address and port, the source
@@ -209,13 +241,20 @@ var baseHooks = []struct {
 }
 
 func (l *layout) baseChains(t *txn) {
-	for _, c := range []*nftables.Chain{l.chain(chainServices), l.chain(chainMasquerade), l.chain(chainEPCheck), l.chain(chainFirewall)} {
+	for _, c := range []*nftables.Chain{l.chain(chainServices), l.chain(chainMasquerade), l.chain(chainEPCheck),
+		l.chain(chainFirewall), l.chain(chainClusterIPsCheck)} {
 		l.addChain(t, c)
 	}
 	for _, h := range baseHooks {
 		c := l.baseChain(h.name, h.typ, h.hook, h.prio)
 		l.addChain(t, c)
 		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: "jump " + h.target, exprs: []expr.Any{jump(h.target)}}})
+		if h.name == chainFilterForward || h.name == chainFilterOutput {
+			// After DNAT, as kube-proxy's filter-forward and
+			// filter-output-post-dnat are.
+			t.add(op{kind: opAddRule, chain: c, rule: &rule{text: "ct state new jump " + chainClusterIPsCheck,
+				exprs: append(ctStateNew(), jump(chainClusterIPsCheck))}})
+		}
 	}
 }
 

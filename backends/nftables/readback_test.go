@@ -230,6 +230,7 @@ var readBackTamperings = map[string][]struct{ field, text string }{
 	"foreign chain jumping to a pick chain": {{"", "chain intruder is not Weir's"}},
 	"foreign rule using an endpoints map":   {{"", "chain intruder is not Weir's"}},
 	"flush sticky chain":                    {{"", "which does not hold Weir's rules for a sticky chain"}},
+	"delete a cluster IP of the checks":     {{"", "set cluster-ips lacks cluster IP 10.96.0.10"}},
 }
 
 func TestKernelReadBackNamesTampering(t *testing.T) {

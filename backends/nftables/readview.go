@@ -83,6 +83,36 @@ func (r *reader) read() {
 	local := natIn && r.hooked[chainNATOutput]
 	r.shortCircuit(setShortIPs, local && r.uses(chainServices, setShortIPs))
 	r.shortCircuit(setShortNodePorts, local && nodePorts && r.uses(chainServices, setShortNodePorts))
+	r.checkClusterIPs()
+}
+
+// checkClusterIPs compares the cluster-ips set with the cluster IPs of the
+// destinations read from this table: a cluster IP missing from it has its
+// unserved ports dropped instead of refused, and an address it holds
+// that no destination has is refused on every port.
+func (r *reader) checkClusterIPs() {
+	held := map[netip.Addr]bool{}
+	for _, e := range r.d.elems[setClusterIPs] {
+		if a, ok := netip.AddrFromSlice(e.Key); ok {
+			held[a] = true
+		}
+	}
+	want := map[netip.Addr]bool{}
+	for d := range r.v.Destinations {
+		if d.Kind == backends.DestCluster && r.l.fam.is(d.Addr) {
+			want[d.Addr] = true
+		}
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(want), netip.Addr.Compare) {
+		if !held[a] {
+			r.anomaly("set %s lacks cluster IP %s: its unserved ports are not refused", setClusterIPs, a)
+		}
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(held), netip.Addr.Compare) {
+		if !want[a] {
+			r.anomaly("set %s holds %s, which no service has: every port of it is refused", setClusterIPs, a)
+		}
+	}
 }
 
 // checkChains compares the base and regular chains with the layout's, in

@@ -60,6 +60,8 @@ var tamperings = []tampering{
 	{name: "foreign rule using an endpoints map", foreign: true, plant: plantEndpointsLookup},
 	{name: "flush sticky chain", keepsAffinity: true, fullOnly: true, nft: []string{
 		"flush chain ip weir sticky-ip-default/sticky/http/tcp"}},
+	{name: "delete a cluster IP of the checks", keepsAffinity: true, fullOnly: true, nft: []string{
+		"delete element ip weir cluster-ips { 10.96.0.10 }"}},
 }
 
 // plantEndpointsLookup adds a chain of its own to Weir's table with a rule

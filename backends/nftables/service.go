@@ -158,6 +158,14 @@ func gcd(a, b uint64) uint64 {
 	return a
 }
 
+// clusterIPs returns the state's distinct cluster IPs; none for nil.
+func (s *serviceState) clusterIPs() []netip.Addr {
+	if s == nil {
+		return nil
+	}
+	return slices.Compact(slices.Clone(s.ips))
+}
+
 // hairpinAddrs returns the distinct endpoint addresses of the state.
 func (s *serviceState) hairpinAddrs() []netip.Addr {
 	var out []netip.Addr

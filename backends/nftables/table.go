@@ -127,7 +127,8 @@ func (tb *table) partialTxn(p *plan.Plan, changed []plan.Key) (*txn, *changes) {
 
 // writeNodeSets keeps the sets that follow the Node object up to date: its
 // podCIDRs (local detection by NodeCIDR) and its addresses
-// (nodePortAddresses primary), of the table's family.
+// (nodePortAddresses primary), of the table's family; and the service
+// CIDRs of the plan.
 func (tb *table) writeNodeSets(t *txn, c *changes, p *plan.Plan, full bool) {
 	opts, f := tb.layout.opts, tb.layout.fam
 	if opts.LocalDetector == backends.DetectNodeCIDR {
@@ -144,6 +145,8 @@ func (tb *table) writeNodeSets(t *txn, c *changes, p *plan.Plan, full bool) {
 		c.nodeAddrs = hosts
 		tb.refillSet(t, setNodePortCIDRs, hosts, c.base.nodeAddrs, full)
 	}
+	c.serviceCIDRs = prefixesOf(f, p.ServiceCIDRs)
+	tb.refillSet(t, setServiceCIDRs, c.serviceCIDRs, c.base.serviceCIDRs, full)
 }
 
 // refillSet replaces an interval set's contents when they changed (always

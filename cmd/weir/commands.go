@@ -59,7 +59,11 @@ func setup(cmd *command, args []string, stdout, stderr io.Writer) (*environment,
 	if err != nil {
 		return nil, err
 	}
-	return &environment{cfg: cfg, log: newLogger(cfg.Log, stderr), flags: fs, stdout: stdout}, nil
+	log := newLogger(cfg.Log, stderr)
+	for _, w := range cfg.Warnings {
+		log.Warn("Ignoring a KubeProxyConfiguration field", "field", w)
+	}
+	return &environment{cfg: cfg, log: log, flags: fs, stdout: stdout}, nil
 }
 
 func newLogger(c config.LogConfig, w io.Writer) *slog.Logger {
@@ -110,7 +114,7 @@ func newBackend(env *environment) (closingBackend, error) {
 	case "nftables":
 		return nftables.New(nftables.Options{Common: common, Table: cfg.NFTables.Table})
 	case "iptables":
-		be, err := iptables.New(iptables.Options{Common: common, Flavour: cfg.IPTables.Backend})
+		be, err := iptables.New(iptables.Options{Common: common, Flavour: cfg.IPTables.Backend, KeepInvalid: cfg.Conntrack.TCPBeLiberal})
 		if err != nil {
 			return nil, err
 		}
@@ -213,8 +217,9 @@ func runDaemon(env *environment) error {
 		return fmt.Errorf("conntrack: %w", err)
 	}
 	defer ct.Close()
+	setConntrack(env)
 	opts := proxy.Options{NodeName: env.cfg.NodeName, Backend: be, HealthChecks: hc, Conntrack: ct,
-		Health: ph, Metrics: m, NodePorts: nodePorts(env), Log: env.log}
+		Health: ph, Metrics: m, NodePorts: nodePorts(env), ServiceCIDRs: env.cfg.ServiceCIDRs, Log: env.log}
 	if chain != nil {
 		opts.Hooks = chain
 	}
@@ -227,6 +232,20 @@ func runDaemon(env *environment) error {
 	err = p.Run(ctx, prefetched, runner.Options{MinInterval: env.cfg.MinSyncPeriod, MaxInterval: env.cfg.SyncPeriod})
 	env.log.Info("Stopping Weir; the rules stay in place")
 	return err
+}
+
+// setConntrack sets the connection-tracking parameters of the conntrack
+// section, as kube-proxy does at start. One that cannot be set (in a
+// network namespace other than the initial one nf_conntrack_max is
+// read-only) is a warning, not a reason to leave the node without rules.
+func setConntrack(env *environment) {
+	c := env.cfg.Conntrack
+	s := conntrack.Settings{Max: conntrack.MaxFor(c.MaxPerCore, c.Min, conntrack.CPUs()),
+		TCPEstablishedTimeout: c.TCPEstablishedTimeout, TCPCloseWaitTimeout: c.TCPCloseWaitTimeout,
+		UDPTimeout: c.UDPTimeout, UDPStreamTimeout: c.UDPStreamTimeout, TCPBeLiberal: c.TCPBeLiberal}
+	for _, err := range conntrack.Apply(0, s) {
+		env.log.Warn("Cannot set a connection-tracking parameter; the kernel keeps its own", "error", err)
+	}
 }
 
 // loadBackendAndChain creates the backend and loads the plugins at the
@@ -356,7 +375,7 @@ func loadedProxy(ctx context.Context, env *environment, be backends.Backend, cha
 	if err != nil {
 		return nil, err
 	}
-	opts := proxy.Options{NodeName: env.cfg.NodeName, Backend: be, NodePorts: nodePorts(env), Log: env.log}
+	opts := proxy.Options{NodeName: env.cfg.NodeName, Backend: be, NodePorts: nodePorts(env), ServiceCIDRs: env.cfg.ServiceCIDRs, Log: env.log}
 	if chain != nil {
 		opts.Hooks = chain
 	}

@@ -58,6 +58,18 @@ func TestKernelDemo(t *testing.T) {
 	// run keeps them in sync with the folder.
 	d := startDaemon(t, topo.Node, weir, append([]string{"run", "--min-sync-period", "0s"}, sourceArgs...)...)
 	waitAnswer(t, d, topo.Client, webVIP)
+	// Like kube-proxy, it set conntrack's timeouts (the namespace's own);
+	// nf_conntrack_max, the host's, it cannot set from here, and says so.
+	var established []byte
+	if err := topo.Node.Do(func() (err error) {
+		established, err = os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established")
+		return err
+	}); err != nil || strings.TrimSpace(string(established)) != "86400" {
+		t.Errorf("nf_conntrack_tcp_timeout_established = %q, %v; want conntrack.tcpEstablishedTimeout's 24h, 86400", established, err)
+	}
+	if !strings.Contains(d.out.String(), "Cannot set a connection-tracking parameter") || !strings.Contains(d.out.String(), "nf_conntrack_max") {
+		t.Errorf("weir run did not warn that it cannot set nf_conntrack_max in a network namespace:\n%s", d.out)
+	}
 	removeEndpoint(t, filepath.Join(dir, "web.yaml"), "pod-b")
 	waitWithout(t, d, topo.Client, webVIP, "pod-b", 40)
 	if want := `msg="Updating endpoints" service=default/web:http/TCP endpoints=2`; !strings.Contains(d.out.String(), want) {

@@ -38,6 +38,7 @@ var commands = []command{
 	{"verify", "compare the kernel's rules with the plan and list every divergence; writes nothing", verifyFlags, runVerify, nil},
 	{"cleanup", "remove every rule Weir installed, in every mode", nil, runCleanup, nil},
 	{"plugin", "plugin test: show what a hook plugin does to the services of a manifests folder", nil, nil, runPluginCommand},
+	{"config", "config convert FILE: print the Weir configuration equivalent to a KubeProxyConfiguration", nil, nil, runConfigCommand},
 	{"version", "print the version", nil, nil, nil},
 }
 

@@ -38,6 +38,10 @@ type Config struct {
 	// ClusterCIDRs are the pod network ranges; traffic from outside them to a
 	// cluster IP is masqueraded. Nil when unset.
 	ClusterCIDRs []netip.Prefix
+	// ServiceCIDRs are ranges cluster IPs are allocated from, added to those
+	// of the cluster's ServiceCIDR objects: in mode nftables, traffic to an
+	// unallocated address in them is dropped. Nil when unset.
+	ServiceCIDRs []netip.Prefix
 	// LocalDetector says how traffic from this cluster's pods is recognised,
 	// which decides what cluster-IP traffic is masqueraded.
 	LocalDetector LocalDetectorConfig
@@ -72,11 +76,17 @@ type Config struct {
 	IPTables IPTablesConfig
 	// IPVS holds settings used only by the IPVS backend.
 	IPVS IPVSConfig
+	// Conntrack sizes the connection-tracking table and sets its timeouts,
+	// as kube-proxy's conntrack section does.
+	Conntrack ConntrackConfig
 	// Hooks holds settings shared by all hook plugins.
 	Hooks HooksConfig
 	// Plugins are the hook plugins, in the order they run. Nil when unset.
 	Plugins []Plugin
 
+	// Warnings name the fields of a KubeProxyConfiguration file that Weir
+	// read but ignores, each with the reason, for the caller to log.
+	Warnings []string
 	// pluginEntries holds the plugins list as written, until decodePlugins
 	// validates it into Plugins.
 	pluginEntries []map[string]any
@@ -168,6 +178,24 @@ type IPTablesConfig struct {
 // test in cmd/weir keeps the two equal.
 var IPVSSchedulers = []string{"rr", "wrr", "lc", "wlc", "sh", "dh", "sed", "nq", "mh"}
 
+// ConntrackConfig holds kube-proxy's conntrack settings; a zero value
+// leaves its kernel parameter alone.
+type ConntrackConfig struct {
+	// MaxPerCore times the number of CPUs, but at least Min, is the
+	// nf_conntrack_max Weir sets; MaxPerCore 0 leaves it alone.
+	MaxPerCore, Min int
+	// TCPEstablishedTimeout and TCPCloseWaitTimeout set
+	// nf_conntrack_tcp_timeout_established and _close_wait.
+	TCPEstablishedTimeout, TCPCloseWaitTimeout time.Duration
+	// TCPBeLiberal sets nf_conntrack_tcp_be_liberal to 1; in mode iptables
+	// it also keeps packets conntrack calls invalid (they are dropped
+	// otherwise, as kube-proxy does).
+	TCPBeLiberal bool
+	// UDPTimeout and UDPStreamTimeout set nf_conntrack_udp_timeout and
+	// _udp_timeout_stream.
+	UDPTimeout, UDPStreamTimeout time.Duration
+}
+
 // IPVSConfig holds settings used only by the IPVS backend, named after
 // kube-proxy's ipvs section where one exists.
 type IPVSConfig struct {
@@ -207,6 +235,8 @@ func Default() *Config {
 		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
 		LocalhostNodePorts: true,
 		NodePortRange:      PortRange{First: 30000, Last: 32767},
+		Conntrack: ConntrackConfig{MaxPerCore: 32768, Min: 131072,
+			TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour},
 	}
 }
 

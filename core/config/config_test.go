@@ -73,6 +73,8 @@ func TestDefault(t *testing.T) {
 		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
 		LocalhostNodePorts: true,
 		NodePortRange:      PortRange{First: 30000, Last: 32767},
+		Conntrack: ConntrackConfig{MaxPerCore: 32768, Min: 131072,
+			TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -98,6 +100,7 @@ func TestNames(t *testing.T) {
 		{"source.path", "WEIR_SOURCE_PATH", "source-path"},
 		{"source.kubeconfig", "WEIR_SOURCE_KUBECONFIG", "kubeconfig"},
 		{"clusterCIDRs", "WEIR_CLUSTER_CIDRS", "cluster-cidrs"},
+		{"serviceCIDRs", "WEIR_SERVICE_CIDRS", "service-cidrs"},
 		{"localDetector.mode", "WEIR_LOCAL_DETECTOR_MODE", "local-detector"},
 		{"localDetector.interfaceNamePrefix", "WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX", "pod-interface-name-prefix"},
 		{"masqueradeAll", "WEIR_MASQUERADE_ALL", "masquerade-all"},
@@ -112,6 +115,13 @@ func TestNames(t *testing.T) {
 		{"log.level", "WEIR_LOG_LEVEL", "log-level"},
 		{"nftables.table", "WEIR_NFTABLES_TABLE", "nftables-table"},
 		{"iptables.backend", "WEIR_IPTABLES_BACKEND", "iptables-backend"},
+		{"conntrack.maxPerCore", "WEIR_CONNTRACK_MAX_PER_CORE", "conntrack-max-per-core"},
+		{"conntrack.min", "WEIR_CONNTRACK_MIN", "conntrack-min"},
+		{"conntrack.tcpEstablishedTimeout", "WEIR_CONNTRACK_TCP_ESTABLISHED_TIMEOUT", "conntrack-tcp-timeout-established"},
+		{"conntrack.tcpCloseWaitTimeout", "WEIR_CONNTRACK_TCP_CLOSE_WAIT_TIMEOUT", "conntrack-tcp-timeout-close-wait"},
+		{"conntrack.tcpBeLiberal", "WEIR_CONNTRACK_TCP_BE_LIBERAL", "conntrack-tcp-be-liberal"},
+		{"conntrack.udpTimeout", "WEIR_CONNTRACK_UDP_TIMEOUT", "conntrack-udp-timeout"},
+		{"conntrack.udpStreamTimeout", "WEIR_CONNTRACK_UDP_STREAM_TIMEOUT", "conntrack-udp-timeout-stream"},
 		{"ipvs.scheduler", "WEIR_IPVS_SCHEDULER", "ipvs-scheduler"},
 		{"ipvs.strictARP", "WEIR_IPVS_STRICT_ARP", "ipvs-strict-arp"},
 		{"ipvs.gracePeriod", "WEIR_IPVS_GRACE_PERIOD", "ipvs-grace-period"},

@@ -31,6 +31,7 @@ const (
 	allowedIfName      = "an interface name of 1 to 15 characters without spaces, slashes or colons, such as weir-ipvs0"
 	allowedPositive    = "a duration greater than zero, such as 30s, 1m or 500ms"
 	allowedNonNeg      = "a duration of zero or more, such as 1s, 500ms or 0"
+	allowedNonNegInt   = "a whole number of zero or more, such as 0 or 32768"
 	allowedHostPort    = "an IP address and port such as 127.0.0.1:10249, [::1]:10249, or :10249 for every address"
 	allowedBindAddress = allowedHostPort + ", or empty to disable the server"
 	allowedTable       = "1 to 32 letters, digits, '_' or '-', such as weir"
@@ -194,6 +195,19 @@ func boolKey(dst func(*Config) *bool) func(*Config, any) *bad {
 
 // durationKey accepts Go durations such as "30s" or "1m30s"; a bare number
 // is rejected (its unit would be a guess), except 0.
+// intKey sets a non-negative integer.
+func intKey(dst func(*Config) *int) func(*Config, any) *bad {
+	return func(c *Config, raw any) *bad {
+		s, ok := scalar(raw)
+		n, err := strconv.Atoi(s)
+		if !ok || err != nil || n < 0 {
+			return &bad{show(raw), allowedNonNegInt}
+		}
+		*dst(c) = n
+		return nil
+	}
+}
+
 func durationKey(dst func(*Config) *time.Duration, positive bool) func(*Config, any) *bad {
 	allowed := allowedNonNeg
 	if positive {

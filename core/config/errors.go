@@ -38,6 +38,7 @@ const (
 	kindUnknownEnv                  // the environment has a WEIR_* variable Weir does not know
 	kindUnreadable                  // the file cannot be read
 	kindMalformed                   // the file is not valid YAML
+	kindKubeProxy                   // a KubeProxyConfiguration field Weir does not implement
 )
 
 // Error returns a one-line description that names the key, the value, where
@@ -52,6 +53,8 @@ func (e *Error) Error() string {
 		return fmt.Sprintf("config: cannot read %s: %v", e.Source, e.cause())
 	case kindMalformed:
 		return fmt.Sprintf("config: %s is not valid YAML: %v", e.Source, e.err)
+	case kindKubeProxy:
+		return fmt.Sprintf("config: %s: KubeProxyConfiguration field %s", e.Source, e.Key)
 	}
 	return fmt.Sprintf("config: %s: %q (from %s) is not allowed; use %s", e.Key, e.Value, e.Source, e.Allowed)
 }

@@ -26,6 +26,8 @@ type loader struct {
 	k      *koanf.Koanf
 	origin map[string]string // key → "file …", "environment WEIR_…" or "flag --…"
 	errs   []error
+	// warnings are about KubeProxyConfiguration fields Weir ignores.
+	warnings []string
 }
 
 func newLoader() *loader {
@@ -77,7 +79,11 @@ func (l *loader) loadFile(path string) error {
 		}
 		return &Error{Value: path, Source: src, kind: kind, err: err}
 	}
-	clean := l.checkKeys(fk.Raw(), "", src)
+	raw := fk.Raw()
+	if isKubeProxyConfig(raw) {
+		raw = l.fromKubeProxy(raw, src)
+	}
+	clean := l.checkKeys(raw, "", src)
 	lk := koanf.New(".")
 	if err := lk.Load(confmap.Provider(clean, ""), nil); err != nil {
 		return &Error{Value: path, Source: src, kind: kindMalformed, err: err}
@@ -195,6 +201,7 @@ func (l *loader) decode() *Config {
 		l.errs = append(l.errs, l.valueError("minSyncPeriod", &bad{show(l.k.Get("minSyncPeriod")), allowed}))
 	}
 	l.decodePlugins(c)
+	c.Warnings = l.warnings
 	const prefixKey = "localDetector.interfaceNamePrefix"
 	if c.LocalDetector.Mode == LocalDetectInterfaceNamePrefix && c.LocalDetector.InterfaceNamePrefix == "" && !failed[prefixKey] {
 		l.errs = append(l.errs, l.valueError(prefixKey, &bad{"", allowedIfPrefix + " (localDetector.mode is InterfaceNamePrefix)"}))
@@ -204,4 +211,16 @@ func (l *loader) decode() *Config {
 
 func (l *loader) valueError(key string, b *bad) *Error {
 	return &Error{Key: key, Value: b.value, Allowed: b.allowed, Source: l.source(key)}
+}
+
+// fromKubeProxy converts a KubeProxyConfiguration file (see kubeproxy.go),
+// recording an error for each field it refuses and keeping the warnings
+// for the caller to log.
+func (l *loader) fromKubeProxy(raw map[string]any, src string) map[string]any {
+	out, refused, warnings := fromKubeProxy(raw)
+	for _, r := range refused {
+		l.errs = append(l.errs, &Error{Key: r, Source: src, kind: kindKubeProxy})
+	}
+	l.warnings = append(l.warnings, warnings...)
+	return out
 }

@@ -188,10 +188,19 @@ func (c *Cleaner) Clear(ctx context.Context, flows []Flow) (deleted int, err err
 	if idx.empty() {
 		return 0, errors.Join(errs...)
 	}
+	pick := func(e *entry) (string, bool) { return idx.pick(e, flows) }
+	deleted, serrs := c.sweep(ctx, describe(flows), idx.wants, pick)
+	return deleted, joinCapped(append(errs, serrs...))
+}
+
+// sweep reads the conntrack table once and deletes the entries whose
+// original tuple wanted accepts and that pick then selects; what names the
+// request in messages.
+func (c *Cleaner) sweep(ctx context.Context, what string, wanted func(tuple) bool, pick func(*entry) (string, bool)) (int, []error) {
 	start := time.Now()
 	conn, err := c.open()
 	if err != nil {
-		return 0, errors.Join(append(errs, err)...)
+		return 0, []error{err}
 	}
 	defer conn.close()
 	defer conn.bind(ctx)()
@@ -201,7 +210,7 @@ func (c *Cleaner) Clear(ctx context.Context, flows []Flow) (deleted int, err err
 	scanned := 0
 	interrupted, err := conn.dump(func(b []byte) {
 		scanned++
-		m, ok, err := idx.match(b, flows)
+		m, ok, err := selectEntry(b, wanted, pick)
 		switch {
 		case err != nil && malformed == nil:
 			malformed = fmt.Errorf("conntrack: skipped an unreadable entry: %w", err)
@@ -210,24 +219,24 @@ func (c *Cleaner) Clear(ctx context.Context, flows []Flow) (deleted int, err err
 		}
 	})
 	if err != nil {
-		errs = append(errs, fmt.Errorf("conntrack: dump for %s: %w", describe(flows), ctxErr(ctx, err)))
-		return 0, errors.Join(errs...)
+		return 0, []error{fmt.Errorf("conntrack: dump for %s: %w", what, ctxErr(ctx, err))}
 	}
+	var errs []error
 	if interrupted {
 		// The table changed under the dump and entries may have been
 		// missed; what was read is still cleared.
-		c.log.Warn("conntrack dump interrupted by concurrent changes; some stale entries may remain", "flows", describe(flows))
+		c.log.Warn("conntrack dump interrupted by concurrent changes; some stale entries may remain", "flows", what)
 	}
 	if malformed != nil {
 		errs = append(errs, malformed)
 	}
-	deleted, derrs := conn.deleteAll(matches, flows)
+	deleted, derrs := conn.deleteAll(matches, what)
 	for _, e := range derrs {
 		errs = append(errs, ctxErr(ctx, e))
 	}
-	c.log.Debug("cleared stale conntrack entries", "flows", describe(flows), "scanned", scanned,
+	c.log.Debug("cleared stale conntrack entries", "flows", what, "scanned", scanned,
 		"matched", len(matches), "deleted", deleted, "took", time.Since(start))
-	return deleted, joinCapped(errs)
+	return deleted, errs
 }
 
 // ctxErr names the context's error in an error its deadline or

@@ -67,10 +67,10 @@ func (e *entry) String() string {
 // match is an entry selected for deletion: the delete request's payload and
 // what to name in an error.
 type match struct {
-	family  uint8
-	attrs   []byte // CTA_TUPLE_ORIG, CTA_ZONE and CTA_ID, each padded
-	entry   string
-	flowIdx int
+	family uint8
+	attrs  []byte // CTA_TUPLE_ORIG, CTA_ZONE and CTA_ID, each padded
+	entry  string
+	why    string // the flow, or the rule, that selected it
 }
 
 // key indexes flows by protocol and original destination; addr is the zero
@@ -121,27 +121,36 @@ func (x *index) flowsFor(proto uint8, dst netip.AddrPort) (exact, anyAddr []int)
 	return exact, anyAddr
 }
 
-// match parses one dump message (nfgenmsg and attributes) and reports
-// whether a flow selects it. Entries of other protocols are skipped after
-// reading only their original tuple.
-func (x *index) match(msg []byte, flows []Flow) (match, bool, error) {
-	e, ok, err := parseEntry(msg, x.wants)
-	if err != nil || !ok {
-		return match{}, false, err
-	}
+// pick reports whether a flow selects the parsed entry e, and which.
+func (x *index) pick(e *entry, flows []Flow) (string, bool) {
 	exact, anyAddr := x.flowsFor(e.orig.proto, e.orig.dst)
 	for _, list := range [][]int{exact, anyAddr} {
 		for _, i := range list {
 			if ep := flows[i].Endpoint; !ep.IsValid() || ep.Unmap() == e.reply.src.Addr() {
-				return e.toMatch(i), true, nil
+				return "flow " + flows[i].String(), true
 			}
 		}
+	}
+	return "", false
+}
+
+// selectEntry parses one dump message (nfgenmsg and attributes) and, when
+// wanted accepts its original tuple and pick selects it, returns what
+// deleting it takes. Entries wanted rejects are skipped after reading only
+// their original tuple.
+func selectEntry(msg []byte, wanted func(tuple) bool, pick func(*entry) (string, bool)) (match, bool, error) {
+	e, ok, err := parseEntry(msg, wanted)
+	if err != nil || !ok {
+		return match{}, false, err
+	}
+	if why, ok := pick(&e); ok {
+		return e.toMatch(why), true, nil
 	}
 	return match{}, false, nil
 }
 
 // toMatch copies what deleting the entry needs out of the receive buffer.
-func (e *entry) toMatch(flowIdx int) match {
+func (e *entry) toMatch(why string) match {
 	var attrs []byte
 	for _, a := range [][]byte{e.rawOrig, e.rawZone, e.rawID} {
 		if len(a) == 0 {
@@ -150,7 +159,7 @@ func (e *entry) toMatch(flowIdx int) match {
 		attrs = append(attrs, a...)
 		attrs = append(attrs, make([]byte, align4(len(a))-len(a))...)
 	}
-	return match{family: e.family, attrs: attrs, entry: e.String(), flowIdx: flowIdx}
+	return match{family: e.family, attrs: attrs, entry: e.String(), why: why}
 }
 
 // parseEntry parses a dump message. It returns false, without parsing

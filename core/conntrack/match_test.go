@@ -30,8 +30,8 @@ func TestParseEntry(t *testing.T) {
 	if s := got.String(); s != "udp [fd00::2]:1 -> [fd00:96::10]:53 reply from [fd00:244::5]:5353" {
 		t.Errorf("String = %q", s)
 	}
-	m := got.toMatch(1)
-	if !bytes.Equal(m.attrs, e.wantDelete()) || m.family != unix.AF_INET6 || m.flowIdx != 1 {
+	m := got.toMatch("flow x")
+	if !bytes.Equal(m.attrs, e.wantDelete()) || m.family != unix.AF_INET6 || m.why != "flow x" {
 		t.Errorf("delete payload %x, want %x", m.attrs, e.wantDelete())
 	}
 
@@ -67,7 +67,8 @@ func FuzzParseEntry(f *testing.F) {
 	flows := []Flow{{Protocol: plan.UDP, Dest: fakeVIP}, {Protocol: plan.UDP, Dest: netip.AddrPortFrom(netip.Addr{}, 53)}}
 	idx, _ := newIndex(flows)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if m, ok, err := idx.match(b, flows); ok && (err != nil || len(m.attrs) == 0) {
+		pick := func(e *entry) (string, bool) { return idx.pick(e, flows) }
+		if m, ok, err := selectEntry(b, idx.wants, pick); ok && (err != nil || len(m.attrs) == 0) {
 			t.Errorf("matched with error %v and %d attribute bytes", err, len(m.attrs))
 		}
 	})

@@ -244,16 +244,16 @@ func ackError(m syscall.NetlinkMessage) error {
 // and returns how many the kernel deleted. An entry already gone (ENOENT:
 // expired, deleted by someone else, or recreated with another ID) is not
 // an error.
-func (c *conn) deleteAll(matches []match, flows []Flow) (deleted int, errs []error) {
+func (c *conn) deleteAll(matches []match, what string) (deleted int, errs []error) {
 	for len(matches) > 0 {
 		batch := matches[:min(deleteBatch, len(matches))]
 		matches = matches[len(batch):]
-		n, berrs, err := c.deleteBatch(batch, flows)
+		n, berrs, err := c.deleteBatch(batch)
 		deleted += n
 		errs = append(errs, berrs...)
 		if err != nil {
 			return deleted, append(errs, fmt.Errorf("conntrack: delete entries for %s: %w (up to %d entries not deleted)",
-				describe(flows), err, len(batch)-n+len(matches)))
+				what, err, len(batch)-n+len(matches)))
 		}
 	}
 	return deleted, errs
@@ -262,7 +262,7 @@ func (c *conn) deleteAll(matches []match, flows []Flow) (deleted int, errs []err
 // deleteBatch sends one write of delete requests and collects their acks.
 // err is set when the exchange itself failed; the acks not yet read are
 // then unknown.
-func (c *conn) deleteBatch(batch []match, flows []Flow) (deleted int, errs []error, err error) {
+func (c *conn) deleteBatch(batch []match) (deleted int, errs []error, err error) {
 	first := c.seq + 1
 	var req []byte
 	for _, m := range batch {
@@ -292,7 +292,7 @@ func (c *conn) deleteBatch(batch []match, flows []Flow) (deleted int, errs []err
 			case errors.Is(err, unix.ENOENT):
 			default:
 				m := batch[i]
-				errs = append(errs, fmt.Errorf("conntrack: delete %s (flow %s): %w", m.entry, flows[m.flowIdx], err))
+				errs = append(errs, fmt.Errorf("conntrack: delete %s (%s): %w", m.entry, m.why, err))
 			}
 		}
 	}

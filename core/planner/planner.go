@@ -3,8 +3,10 @@
 package planner
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -161,6 +163,25 @@ func primaryIPs(addrs []corev1.NodeAddress) []netip.Addr {
 		}
 	}
 	return out
+}
+
+// ServiceCIDRs returns the ranges of both lists, masked, sorted and each
+// once: the configured ones and those of the ServiceCIDR objects.
+func ServiceCIDRs(configured, objects []netip.Prefix) []netip.Prefix {
+	if len(configured)+len(objects) == 0 {
+		return nil
+	}
+	out := make([]netip.Prefix, 0, len(configured)+len(objects))
+	for _, c := range slices.Concat(configured, objects) {
+		out = append(out, c.Masked())
+	}
+	slices.SortFunc(out, comparePrefix)
+	return slices.Compact(out)
+}
+
+// comparePrefix orders prefixes by address, then length.
+func comparePrefix(a, b netip.Prefix) int {
+	return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
 }
 
 func hasNodePorts(svc *corev1.Service) bool {

@@ -50,7 +50,7 @@ func setService(p *plan.Plan, k plan.Key, s *plan.Service) {
 // (all of them on a full sync) and returns the final services and what their
 // change means. Without hooks the final services are the planned ones.
 func (p *Proxy) applyHooks(ctx context.Context, planned []plan.Key, full bool) *outcome {
-	p.final.Node = p.plan.Node
+	p.final.Node, p.final.ServiceCIDRs = p.plan.Node, p.plan.ServiceCIDRs
 	keys := planned
 	if full {
 		keys = p.plan.Keys()

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/netip"
 	"sync"
 	"time"
 
@@ -11,7 +12,10 @@ import (
 	"github.com/weirproxy/weir/core/tracker"
 )
 
-var _ source.Reporter = (*inbound)(nil)
+var (
+	_ source.Reporter           = (*inbound)(nil)
+	_ source.ServiceCIDRHandler = (*inbound)(nil)
+)
 
 // toBeDeletedTaint is the taint the cluster autoscaler puts on a Node it is
 // about to remove; like kube-proxy, /healthz then fails so that load
@@ -192,6 +196,14 @@ func (in *inbound) OnSourceUp() {
 	if h := in.p.opts.Health; h != nil {
 		h.SetSourceAvailable(true)
 	}
+}
+
+// OnServiceCIDRs hands the ranges of the cluster's ServiceCIDR objects to
+// the tracker.
+func (in *inbound) OnServiceCIDRs(cidrs []netip.Prefix) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.p.tracker.OnServiceCIDRs(cidrs)
 }
 
 // OnSynced marks the initial listing complete, warning when it held no

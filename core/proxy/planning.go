@@ -28,6 +28,7 @@ func (p *Proxy) update(snap tracker.Snapshot, full bool) []plan.Key {
 	if snap.NodeChanged || full {
 		p.plan.Node = planner.Node(p.opts.NodeName, snap.Node)
 	}
+	p.plan.ServiceCIDRs = planner.ServiceCIDRs(p.opts.ServiceCIDRs, snap.ServiceCIDRs)
 	cfg := planner.Config{NodeName: p.opts.NodeName, Zone: p.plan.Node.Zone, NodePorts: p.opts.NodePorts}
 	fresh := map[plan.Key]*plan.Service{}
 	affected := map[plan.Key]bool{}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -46,6 +47,9 @@ type Options struct {
 	// NodePorts is the range node ports must lie in (nodePortRange); the
 	// zero value allows every port.
 	NodePorts planner.PortRange
+	// ServiceCIDRs are ranges cluster IPs come from (the serviceCIDRs
+	// setting), added to those of the source's ServiceCIDR objects.
+	ServiceCIDRs []netip.Prefix
 	// Now is the clock of the health and metrics timestamps; nil means
 	// time.Now.
 	Now func() time.Time
@@ -82,7 +86,11 @@ type Hooks interface {
 
 // Conntrack deletes stale UDP/SCTP flows; *conntrack.Cleaner is one.
 type Conntrack interface {
+	// Clear deletes the entries of the flows a change made stale.
 	Clear(ctx context.Context, flows []conntrack.Flow) (int, error)
+	// Reconcile deletes every entry of the destinations that no serving
+	// endpoint answers.
+	Reconcile(ctx context.Context, serving []conntrack.Serving) (int, error)
 }
 
 // HealthChecks serves load-balancer health checks; *health.Servers is one.
@@ -260,15 +268,16 @@ func (p *Proxy) record(full bool, start time.Time, triggers []time.Time, err err
 func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) error {
 	start := time.Now()
 	p.log.Info("Syncing rules", "full", full)
-	node := p.plan.Node
+	node, cidrs := p.plan.Node, p.plan.ServiceCIDRs
 	planned := p.update(snap, full)
 	hooksStart := time.Now()
 	out := p.applyHooks(ctx, planned, full)
 	hooksTook := time.Since(hooksStart)
 	p.pluginErr = out.pluginErr
-	// A node change alone (podCIDRs, addresses) still reaches the backend,
-	// with no changed services.
-	nodeChanged := !slices.Equal(node.PodCIDRs, p.plan.Node.PodCIDRs) || !slices.Equal(node.Addresses, p.plan.Node.Addresses)
+	// A node change alone (podCIDRs, addresses), or one of the service
+	// CIDRs, still reaches the backend, with no changed services.
+	nodeChanged := !slices.Equal(node.PodCIDRs, p.plan.Node.PodCIDRs) || !slices.Equal(node.Addresses, p.plan.Node.Addresses) ||
+		!slices.Equal(cidrs, p.plan.ServiceCIDRs)
 	undo := out.apply(p.final)
 	checks := p.healthChecksOf(out.names)
 	if p.opts.Backend == nil || (!full && len(out.changed) == 0 && !nodeChanged) {
@@ -290,7 +299,11 @@ func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) erro
 	}
 	p.resync = false
 	p.foldHealthChecks(checks)
-	p.clearStaleFlows(ctx, out.stale)
+	if full {
+		p.reconcileFlows(ctx)
+	} else {
+		p.clearStaleFlows(ctx, out.stale)
+	}
 	p.syncHealthChecks()
 	attrs := []any{"full", full, "services", len(p.final.Services), "changed", len(out.changed),
 		"duration", time.Since(start).Round(time.Microsecond)}
@@ -334,6 +347,34 @@ func (p *Proxy) clearStaleFlows(ctx context.Context, stale []conntrack.Flow) {
 	}
 	if n > 0 {
 		p.log.Info("Cleared stale conntrack entries", "entries", n, "flows", len(stale))
+	}
+}
+
+// reconcileFlows runs the conntrack reconciler over every UDP and SCTP
+// service port of the committed plan, at the first sync and then at each
+// full one, like kube-proxy's: it deletes the entries no serving endpoint
+// answers, and spares the others. A restart therefore cuts no flow that
+// still has its endpoint (clearing every flow of a service that "gets its
+// first endpoint", as the first sync of a process sees every service, made
+// each restart break DNS for a moment: kubernetes#122740). It also covers
+// what a full sync's changes made stale.
+func (p *Proxy) reconcileFlows(ctx context.Context) {
+	if p.opts.Conntrack == nil {
+		return
+	}
+	var serving []conntrack.Serving
+	for _, s := range p.final.Services {
+		serving = append(serving, conntrack.ServingOf(s)...)
+	}
+	if len(serving) == 0 {
+		return
+	}
+	n, err := p.opts.Conntrack.Reconcile(ctx, serving)
+	if err != nil {
+		p.log.Warn("Failed to reconcile conntrack entries", "error", err)
+	}
+	if n > 0 {
+		p.log.Info("Deleted conntrack entries no serving endpoint answers", "entries", n, "destinations", len(serving))
 	}
 }
 

@@ -742,12 +742,64 @@ func TestNodeOnlyChangeReachesBackend(t *testing.T) {
 	}
 }
 
-// recordingConntrack keeps the flows it was asked to clear.
-type recordingConntrack struct{ flows []conntrack.Flow }
+// recordingConntrack keeps the flows it was asked to clear and the
+// destinations of the last reconciliation.
+type recordingConntrack struct {
+	flows      []conntrack.Flow
+	serving    []conntrack.Serving
+	reconciled int
+}
 
 func (r *recordingConntrack) Clear(_ context.Context, f []conntrack.Flow) (int, error) {
 	r.flows = append(r.flows, f...)
 	return len(f), nil
+}
+
+func (r *recordingConntrack) Reconcile(_ context.Context, s []conntrack.Serving) (int, error) {
+	r.serving, r.reconciled = s, r.reconciled+1
+	return 0, nil
+}
+
+// servingAt returns the serving endpoints the last reconciliation gave dest.
+func (r *recordingConntrack) servingAt(dest string) []netip.Addr {
+	for _, s := range r.serving {
+		if s.Dest == netip.MustParseAddrPort(dest) {
+			return s.Endpoints
+		}
+	}
+	return nil
+}
+
+// TestFirstSyncReconcilesFlows starts a proxy over a UDP service with
+// endpoints, as a restart does: its first sync must not clear the
+// service's flows (every flow to it was, as if the service had just got
+// its first endpoint, breaking DNS at each restart) but reconcile them,
+// sparing those of serving endpoints; so does each full sync.
+func TestFirstSyncReconcilesFlows(t *testing.T) {
+	ct := &recordingConntrack{}
+	p := proxy.New(proxy.Options{NodeName: "n1", Backend: newFakeBackend(), Conntrack: ct})
+	h := p.Handler()
+	h.OnService(nil, service("dns", "10.96.0.53", corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}))
+	udp := corev1.ProtocolUDP
+	h.OnEndpointSlice(nil, endpointSlice("dns-1", "dns", ports(discoveryv1.EndpointPort{Name: new("dns"), Port: new(int32(53)), Protocol: &udp}),
+		"10.244.0.53", "10.244.1.53"))
+	h.OnSynced()
+	if err := p.Sync(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if len(ct.flows) != 0 {
+		t.Errorf("the first sync cleared %v", ct.flows)
+	}
+	want := []netip.Addr{netip.MustParseAddr("10.244.0.53"), netip.MustParseAddr("10.244.1.53")}
+	if got := ct.servingAt("10.96.0.53:53"); ct.reconciled != 1 || !slices.Equal(got, want) {
+		t.Errorf("reconciled %d times, serving %v; want once with %v", ct.reconciled, got, want)
+	}
+	if err := p.Sync(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if ct.reconciled != 2 || len(ct.flows) != 0 {
+		t.Errorf("after a periodic full sync: reconciled %d times, cleared %v; want twice, nothing", ct.reconciled, ct.flows)
+	}
 }
 
 // TestStaleUDPFlowsClearedAfterCommit removes an endpoint of a UDP service:

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"net/netip"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,8 +21,9 @@ type Prefetched struct {
 }
 
 var (
-	_ Handler  = (*Prefetched)(nil)
-	_ Reporter = (*Prefetched)(nil)
+	_ Handler            = (*Prefetched)(nil)
+	_ Reporter           = (*Prefetched)(nil)
+	_ ServiceCIDRHandler = (*Prefetched)(nil)
 )
 
 // Prefetch starts src at once, running until ctx ends, and returns it as a
@@ -98,6 +100,15 @@ func (p *Prefetched) OnSourceUp() {
 	p.deliver(func(h Handler) {
 		if r, ok := h.(Reporter); ok {
 			r.OnSourceUp()
+		}
+	})
+}
+
+// OnServiceCIDRs passes the ranges on, to a handler that takes them.
+func (p *Prefetched) OnServiceCIDRs(cidrs []netip.Prefix) {
+	p.deliver(func(h Handler) {
+		if c, ok := h.(ServiceCIDRHandler); ok {
+			c.OnServiceCIDRs(cidrs)
 		}
 	})
 }

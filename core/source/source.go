@@ -4,6 +4,7 @@ package source
 
 import (
 	"context"
+	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -31,6 +32,16 @@ type Reporter interface {
 	// OnSourceUp reports that the source reads its objects again (after
 	// delivering the changes it found).
 	OnSourceUp()
+}
+
+// ServiceCIDRHandler is an optional capability of a Handler: a source that
+// watches the cluster's ServiceCIDR objects (networking.k8s.io/v1) hands
+// it every range they hold, after each change, as kube-proxy's
+// OnServiceCIDRsChanged gets them.
+type ServiceCIDRHandler interface {
+	// OnServiceCIDRs receives the spec.cidrs of every ServiceCIDR object,
+	// sorted and without duplicates; the slice must not be modified.
+	OnServiceCIDRs(cidrs []netip.Prefix)
 }
 
 // Source delivers object changes to a handler until its context ends.

@@ -5,6 +5,7 @@ package tracker
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 
@@ -30,6 +31,9 @@ type Snapshot struct {
 	Node     *corev1.Node
 	// NodeChanged is true when the node changed since the last checkout.
 	NodeChanged bool
+	// ServiceCIDRs are the latest ranges of the cluster's ServiceCIDR
+	// objects (see source.ServiceCIDRHandler).
+	ServiceCIDRs []netip.Prefix
 	// Full is true when Services holds every known service.
 	Full bool
 }
@@ -41,6 +45,7 @@ type Tracker struct {
 	services    map[string]*corev1.Service
 	slices      map[string]map[string]*discoveryv1.EndpointSlice // service -> slice name -> slice
 	node        *corev1.Node
+	cidrs       []netip.Prefix
 	touched     map[string]struct{}
 	nodeChanged bool
 	synced      bool
@@ -138,6 +143,18 @@ func (t *Tracker) OnNode(prev, cur *corev1.Node) {
 	t.changed()
 }
 
+// OnServiceCIDRs remembers the ranges of the cluster's ServiceCIDR
+// objects.
+func (t *Tracker) OnServiceCIDRs(cidrs []netip.Prefix) {
+	t.mu.Lock()
+	same := slices.Equal(t.cidrs, cidrs)
+	t.cidrs = cidrs
+	t.mu.Unlock()
+	if !same {
+		t.changed()
+	}
+}
+
 // OnSynced marks the initial listing as complete.
 func (t *Tracker) OnSynced() {
 	t.mu.Lock()
@@ -164,7 +181,8 @@ func (t *Tracker) changed() {
 func (t *Tracker) Checkout(full bool) Snapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	snap := Snapshot{Services: map[string]ServiceState{}, Node: t.node, NodeChanged: t.nodeChanged, Full: full}
+	snap := Snapshot{Services: map[string]ServiceState{}, Node: t.node, NodeChanged: t.nodeChanged,
+		ServiceCIDRs: t.cidrs, Full: full}
 	names := slices.Collect(maps.Keys(t.touched))
 	if full {
 		names = slices.AppendSeq(names, maps.Keys(t.services))

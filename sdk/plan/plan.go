@@ -54,6 +54,11 @@ func (k Key) Compare(o Key) int {
 type Plan struct {
 	Node     Node
 	Services map[Key]*Service
+	// ServiceCIDRs are the ranges cluster IPs are allocated from (the
+	// cluster's ServiceCIDR objects and the serviceCIDRs setting), sorted:
+	// traffic to an address in them that no service has is dropped, like
+	// kube-proxy's nftables mode does.
+	ServiceCIDRs []netip.Prefix
 }
 
 // Node describes the node Weir runs on.
@@ -167,7 +172,7 @@ func (p *Plan) Clone() *Plan {
 	if p == nil {
 		return nil
 	}
-	c := &Plan{Node: p.Node.Clone(), Services: make(map[Key]*Service, len(p.Services))}
+	c := &Plan{Node: p.Node.Clone(), Services: make(map[Key]*Service, len(p.Services)), ServiceCIDRs: slices.Clone(p.ServiceCIDRs)}
 	for k, s := range p.Services {
 		c.Services[k] = s.Clone()
 	}

@@ -23,13 +23,15 @@ func sample() *Plan {
 		Port:       53,
 	}
 	return &Plan{
-		Node:     Node{Name: "n1", Zone: "z1", Addresses: []netip.Addr{netip.MustParseAddr("172.30.0.1")}, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}},
-		Services: map[Key]*Service{web.Key: web, dns.Key: dns},
+		Node:         Node{Name: "n1", Zone: "z1", Addresses: []netip.Addr{netip.MustParseAddr("172.30.0.1")}, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}},
+		Services:     map[Key]*Service{web.Key: web, dns.Key: dns},
+		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
 	}
 }
 
 func TestString(t *testing.T) {
 	want := `node n1 zone=z1 address=172.30.0.1 podCIDR=10.244.0.0/24
+serviceCIDRs 10.96.0.0/16
 service default/web:http/TCP
   clusterIP 10.96.0.10 port 80
   nodePort 30080
@@ -54,6 +56,7 @@ func TestCloneIsDeep(t *testing.T) {
 	c.Services[key].Endpoints[0].Weight = 9
 	c.Services[key].ClusterIPs[0] = netip.MustParseAddr("10.96.0.99")
 	c.Node.Addresses[0] = netip.MustParseAddr("1.1.1.1")
+	c.ServiceCIDRs[0] = netip.MustParsePrefix("10.100.0.0/16")
 	delete(c.Services, Key{Namespace: "kube-system", Name: "dns", Port: "dns", Protocol: UDP})
 	if p.String() != sample().String() {
 		t.Errorf("changing the clone changed the original:\n%s", p)

@@ -9,6 +9,13 @@ import (
 func (p *Plan) String() string {
 	var b strings.Builder
 	b.WriteString(p.Node.String())
+	if len(p.ServiceCIDRs) > 0 {
+		b.WriteString("serviceCIDRs")
+		for _, c := range p.ServiceCIDRs {
+			fmt.Fprintf(&b, " %s", c)
+		}
+		b.WriteByte('\n')
+	}
 	for _, k := range p.Keys() {
 		b.WriteString(p.Services[k].String())
 	}

@@ -97,7 +97,7 @@ func TestRBACGrantsOnlyWhatWeirUses(t *testing.T) {
 		}
 	}
 	slices.Sort(grants)
-	want := []string{"endpointslices:get,list,watch", "events:create,patch,update", "nodes:get,list,watch", "services:get,list,watch"}
+	want := []string{"endpointslices:get,list,watch", "events:create,patch,update", "nodes:get,list,watch", "servicecidrs:get,list,watch", "services:get,list,watch"}
 	if !slices.Equal(grants, want) {
 		t.Errorf("ClusterRole grants %q, want %q", grants, want)
 	}

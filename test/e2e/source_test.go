@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/weirproxy/weir/test/e2e/controlplane"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -28,6 +30,7 @@ type recorder struct {
 	slices   map[string]*discoveryv1.EndpointSlice
 	node     *corev1.Node
 	deletes  []string
+	cidrs    []netip.Prefix
 }
 
 func newRecorder() *recorder {
@@ -60,6 +63,12 @@ func (r *recorder) OnNode(prev, cur *corev1.Node) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.node = cur
+}
+
+func (r *recorder) OnServiceCIDRs(cidrs []netip.Prefix) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cidrs = cidrs
 }
 
 func (r *recorder) OnSynced() {
@@ -154,6 +163,25 @@ func TestKubernetesSource(t *testing.T) {
 		t.Errorf("services %v: want default/web and not the other proxy's", rec.services)
 	}
 	rec.mu.Unlock()
+
+	// The ranges of the ServiceCIDR objects: the API server's own, then
+	// one more.
+	cidrsAre := func(want ...string) func() bool {
+		return func() bool {
+			got := make([]string, len(rec.cidrs))
+			for i, c := range rec.cidrs {
+				got[i] = c.String()
+			}
+			return slices.Equal(got, want)
+		}
+	}
+	rec.waitFor(t, time.Minute, "the source never delivered the API server's ServiceCIDR", cidrsAre(strings.Split(controlplane.ServiceCIDRs, ",")...))
+	extra := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "extra"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/24"}}}
+	mustCreate(t, func() error {
+		_, err := c.NetworkingV1().ServiceCIDRs().Create(ctx, extra, metav1.CreateOptions{})
+		return err
+	})
+	rec.waitFor(t, time.Minute, "the source never delivered a new ServiceCIDR", cidrsAre("10.96.0.0/16", "10.97.0.0/24", "fd00:10:96::/112"))
 
 	cp.RestartAPIServer(t)
 	createService(ctx, t, cp, "after-restart", nil)

@@ -6,7 +6,8 @@
 // service.kubernetes.io/service-proxy-name (another proxy's) or
 // service.kubernetes.io/headless, and watches only the Node named
 // Options.NodeName. The first OnSynced comes once all three caches hold
-// the API server's objects. When the API server goes away the informers
+// the API server's objects. A handler that is a source.ServiceCIDRHandler
+// also gets the ranges of the ServiceCIDR objects (servicecidrs.go). When the API server goes away the informers
 // keep their caches, so Weir keeps its rules, and reconnect on their own;
 // a relist afterwards delivers only what changed meanwhile (updates that
 // change nothing are not passed on).
@@ -214,6 +215,9 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	var wg sync.WaitGroup
 	for _, inf := range infs {
 		wg.Go(func() { inf.informer.RunWithContext(ctx) })
+	}
+	if c, ok := h.(source.ServiceCIDRHandler); ok {
+		wg.Go(func() { s.watchServiceCIDRs(ctx, c) })
 	}
 	defer func() {
 		cancel()
