@@ -158,17 +158,18 @@ func (c *changes) refcounts(old, cur *serviceState) {
 	for _, d := range cur.bucketDraws() {
 		c.maps[d.mapID()] = count(c.maps, c.base.maps, d.mapID()) + 1
 	}
-	for _, a := range old.hairpinAddrs() {
-		c.hairpin[a] = count(c.hairpin, c.base.hairpin, a) - 1
+	recount(c.hairpin, c.base.hairpin, old.hairpinAddrs(), cur.hairpinAddrs())
+	recount(c.clusterIP, c.base.clusterIP, old.clusterIPs(), cur.clusterIPs())
+}
+
+// recount moves one reference per address from those of old to those of
+// cur, in the pending counts over base.
+func recount(pending, base map[netip.Addr]int, old, cur []netip.Addr) {
+	for _, a := range old {
+		pending[a] = count(pending, base, a) - 1
 	}
-	for _, a := range cur.hairpinAddrs() {
-		c.hairpin[a] = count(c.hairpin, c.base.hairpin, a) + 1
-	}
-	for _, a := range old.clusterIPs() {
-		c.clusterIP[a] = count(c.clusterIP, c.base.clusterIP, a) - 1
-	}
-	for _, a := range cur.clusterIPs() {
-		c.clusterIP[a] = count(c.clusterIP, c.base.clusterIP, a) + 1
+	for _, a := range cur {
+		pending[a] = count(pending, base, a) + 1
 	}
 }
 

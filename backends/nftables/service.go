@@ -158,12 +158,13 @@ func gcd(a, b uint64) uint64 {
 	return a
 }
 
-// clusterIPs returns the state's distinct cluster IPs; none for nil.
+// clusterIPs returns the state's cluster IPs of the family; none for nil.
+// Each one counts a reference to its element of the cluster-ips set.
 func (s *serviceState) clusterIPs() []netip.Addr {
 	if s == nil {
 		return nil
 	}
-	return slices.Compact(slices.Clone(s.ips))
+	return s.ips
 }
 
 // hairpinAddrs returns the distinct endpoint addresses of the state.

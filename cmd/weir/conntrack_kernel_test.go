@@ -93,14 +93,7 @@ func TestKernelRestartKeepsUDPFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = startDaemon(t, topo.Node, weir, args...)
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(d.out.String(), `msg="Synced rules" full=true`) {
-		d.mustRun(t)
-		if time.Now().After(deadline) {
-			t.Fatalf("no first sync after the restart:\n%s", d.out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d.waitLog(t, `msg="Synced rules" full=true`, 30*time.Second)
 	want := fmt.Sprintf(`msg="Deleted conntrack entries no serving endpoint answers" entries=%d `, len(byPod["pod-b"]))
 	if out := d.out.String(); !strings.Contains(out, want) || strings.Contains(out, "Cleared stale conntrack entries") {
 		t.Errorf("the restart's first sync did not delete exactly the %d flows to pod-b (%s):\n%s", len(byPod["pod-b"]), want, out)

@@ -194,6 +194,20 @@ func (d *daemon) wait(timeout time.Duration) error {
 	}
 }
 
+// waitLog polls the daemon's output until it holds want, failing the test
+// if the daemon exits or within passes first.
+func (d *daemon) waitLog(t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !strings.Contains(d.out.String(), want) {
+		d.mustRun(t)
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in weir's log within %v:\n%s", want, within, d.out)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log, not synchronising with it
+	}
+}
+
 // mustRun fails the test if the daemon is no longer running.
 func (d *daemon) mustRun(t *testing.T) {
 	t.Helper()

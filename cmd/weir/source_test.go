@@ -117,14 +117,7 @@ func startHost(t *testing.T, weir string, args ...string) *daemon {
 // unless it exits, with status 1 and the signal named, within limit.
 func stopWithin(t *testing.T, d *daemon, want string, limit time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(d.out.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q within 30s:\n%s", want, d.out)
-		}
-		d.mustRun(t)
-		time.Sleep(10 * time.Millisecond)
-	}
+	d.waitLog(t, want, 30*time.Second)
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -171,14 +164,7 @@ func TestKernelFolderRemovedKeepsRules(t *testing.T) {
 	if err := os.Rename(dir, away); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(d.out.String(), "Manifest folder is gone") {
-		if time.Now().After(deadline) {
-			t.Fatalf("weir run did not notice its folder gone:\n%s", d.out)
-		}
-		d.mustRun(t)
-		time.Sleep(10 * time.Millisecond)
-	}
+	d.waitLog(t, "Manifest folder is gone", 10*time.Second)
 	d.mustRun(t)
 	netns.WantPods(t, "with the folder gone", netns.DialMany(t, topo.Client, webVIP, 30), "pod-a", "pod-b", "pod-c")
 

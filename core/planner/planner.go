@@ -3,7 +3,6 @@
 package planner
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -175,13 +174,8 @@ func ServiceCIDRs(configured, objects []netip.Prefix) []netip.Prefix {
 	for _, c := range slices.Concat(configured, objects) {
 		out = append(out, c.Masked())
 	}
-	slices.SortFunc(out, comparePrefix)
+	slices.SortFunc(out, netip.Prefix.Compare)
 	return slices.Compact(out)
-}
-
-// comparePrefix orders prefixes by address, then length.
-func comparePrefix(a, b netip.Prefix) int {
-	return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
 }
 
 func hasNodePorts(svc *corev1.Service) bool {

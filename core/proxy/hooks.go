@@ -15,8 +15,11 @@ type outcome struct {
 	final []*plan.Service // aligned with keys; nil removes the service
 	// changed are the keys whose rules changed: what the backend must write.
 	changed []plan.Key
-	// stale are the flows the changes leave pointing at removed endpoints.
+	// stale are the flows the changes leave pointing at removed endpoints;
+	// a full sync reconciles every flow instead (see reconcileFlows), so
+	// it does not compute them.
 	stale []conntrack.Flow
+	full  bool
 	// names are the services whose health checks follow the change.
 	names map[string]bool
 	// pluginErr reports plugin failures the hooks handled by policy.
@@ -71,7 +74,7 @@ func (p *Proxy) applyHooks(ctx context.Context, planned []plan.Key, full bool) *
 			gone = append(gone, k)
 		}
 	}
-	out := &outcome{names: map[string]bool{}}
+	out := &outcome{names: map[string]bool{}, full: full}
 	var services []*plan.Service
 	services, out.pluginErr = p.runHooks(ctx, in, gone, full)
 	if p.opts.Hooks != nil {
@@ -112,6 +115,8 @@ func (o *outcome) add(k plan.Key, old, s *plan.Service) {
 	if old.SameRules(s) {
 		return
 	}
-	o.stale = append(o.stale, conntrack.StaleFlows(old, s)...)
+	if !o.full {
+		o.stale = append(o.stale, conntrack.StaleFlows(old, s)...)
+	}
 	o.changed = append(o.changed, k)
 }

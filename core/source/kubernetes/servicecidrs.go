@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"cmp"
 	"context"
 	"net/netip"
 	"slices"
@@ -90,8 +89,6 @@ func (c *serviceCIDRs) on(prev, cur *networkingv1.ServiceCIDR) {
 	for _, ps := range c.byName {
 		all = append(all, ps...)
 	}
-	slices.SortFunc(all, func(a, b netip.Prefix) int {
-		return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
-	})
+	slices.SortFunc(all, netip.Prefix.Compare)
 	c.h.OnServiceCIDRs(slices.Compact(all))
 }
