@@ -21,3 +21,59 @@ type Backend interface {
 	// Cleanup removes everything the backend ever installed.
 	Cleanup(ctx context.Context) error
 }
+
+// KubeProxyRemover is a backend that can remove what kube-proxy left in the
+// backend's mode while Weir's own rules keep serving: Weir's takeover from
+// kube-proxy after its first commit.
+type KubeProxyRemover interface {
+	// RemoveKubeProxy removes kube-proxy's rules, chains, sets and
+	// interfaces of the backend's mode that Weir does not use. It is not an
+	// error when there are none.
+	RemoveKubeProxy(ctx context.Context) error
+}
+
+// Reporter is a Backend that says what its latest Sync did in the kernel.
+// The proxy asks for the Report after every Sync and turns it into
+// metrics; a backend without it reports nothing.
+type Reporter interface {
+	// Report returns the figures of the latest Sync call; the zero Report
+	// before the first.
+	Report() Report
+}
+
+// The IP families a Report names, spelled as Kubernetes spells them.
+const (
+	IPv4 = "IPv4"
+	IPv6 = "IPv6"
+)
+
+// Report is what one Sync call did in the kernel, per IP family.
+type Report struct {
+	// Families holds one entry per IP family the backend programs.
+	Families []FamilyReport
+}
+
+// FamilyReport is what one Sync call did in the tables of one IP family.
+type FamilyReport struct {
+	// Family is IPv4 or IPv6.
+	Family string
+	// Failed counts the writes the kernel refused during the call (an
+	// iptables-restore run, an nftables transaction), including those the
+	// backend then retried successfully within the same call.
+	Failed int
+	// FailedPartial counts the writes among Failed that carried only the
+	// changed services.
+	FailedPartial int
+	// Tables holds, per table name, the rules the backend owns in the table
+	// once the call succeeded; nil after a failed call, and for a backend
+	// that does not count rules.
+	Tables map[string]Rules
+}
+
+// Rules counts the backend's rules in one table.
+type Rules struct {
+	// Total is how many rules the backend owns in the table.
+	Total int
+	// Written is how many rules the call wrote to the table.
+	Written int
+}

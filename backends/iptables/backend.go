@@ -39,6 +39,7 @@ import (
 	"time"
 
 	goipt "github.com/coreos/go-iptables/iptables"
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/backends/internal/xtables"
 	"github.com/weirproxy/weir/internal/sysctl"
 	"github.com/weirproxy/weir/sdk/plan"
@@ -65,6 +66,8 @@ type Backend struct {
 	// rewrite, when set (by tests), may change each restore text before it
 	// is run.
 	rewrite func(f ipFamily, text []byte) []byte
+	// report holds the figures of the latest Sync (report.go).
+	report backends.Report
 }
 
 // family is the backend's state for one IP family.
@@ -93,6 +96,10 @@ type family struct {
 	// verified is set once a look right after a rewrite saw what was
 	// written (see verify).
 	verified bool
+	// counted are the figures of the Sync under way, owned the rule count
+	// of last (report.go).
+	counted figures
+	owned   owned
 }
 
 // New returns a backend that programs the network namespace in opts with
@@ -135,9 +142,11 @@ type syncStats struct {
 // an xtables lock timeout, which a retry in a moment handles better); a
 // failed rewrite leaves the next Sync to rewrite again. A sync that gave up
 // waiting for the xtables lock fails with an *xtables.LockError.
-func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
+func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) (err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.startReport()
+	defer func() { b.finishReport(p, err == nil) }()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -150,7 +159,6 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 		}
 	}
 	var st syncStats
-	var err error
 	b.takeBases()
 	switch kind {
 	case "partial":
@@ -479,6 +487,7 @@ func (b *Backend) partialSync(ctx context.Context, p *plan.Plan, changed []plan.
 			}
 			continue
 		}
+		fam.followPartial(w, changed, r.Full)
 		fam.last = w
 	}
 	return st, errors.Join(errs...)
@@ -514,9 +523,10 @@ func (b *Backend) apply(ctx context.Context, fam *family, r restore, st *syncSta
 		r.NAT = listFirst(r.NAT)
 	}
 	for _, t := range []struct {
-		text []byte
-		size *int
-	}{{r.Filter, &st.filter}, {r.NAT, &st.nat}} {
+		table string
+		text  []byte
+		size  *int
+	}{{tableFilter, r.Filter, &st.filter}, {tableNAT, r.NAT, &st.nat}} {
 		text := t.text
 		if b.rewrite != nil {
 			text = b.rewrite(fam.f, text)
@@ -533,8 +543,10 @@ func (b *Backend) apply(ctx context.Context, fam *family, r restore, st *syncSta
 			err = runRestore(ctx, b.opts.NetNS, fam.tools.restore, bare)
 		}
 		if err != nil {
+			fam.counted.refused(r.Full)
 			return err
 		}
+		fam.counted.accepted(t.table, text)
 	}
 	return nil
 }
@@ -579,17 +591,18 @@ func mergeChains(lists ...map[string][]string) map[string][]string {
 	return out
 }
 
-// Cleanup removes everything Weir (or kube-proxy in iptables mode) put in
-// the nat and filter tables of both families: the jump rules into its
-// chains, then the chains. Other rules and chains stay. It is not an error
-// when there is nothing to remove.
+// Cleanup removes everything Weir, or kube-proxy in iptables or IPVS mode,
+// put in the nat and filter tables of both families: the jump rules into
+// its chains, then the chains. Other rules and chains stay. It is not an
+// error when there is nothing to remove.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var errs []error
 	for _, fam := range b.fams {
 		for _, table := range []string{tableFilter, tableNAT} {
-			if err := cleanupTable(ctx, b.opts.NetNS, fam.ipt, fam.tools, table); err != nil {
+			removable := func(c string) bool { return ownedChain(c) || slices.Contains(kubeProxyIPVSChains[table], c) }
+			if _, err := cleanupTable(ctx, b.opts.NetNS, fam.ipt, fam.tools, table, removable); err != nil {
 				errs = append(errs, err)
 			}
 		}

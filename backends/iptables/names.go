@@ -25,6 +25,14 @@ const (
 	kubeForward          = "KUBE-FORWARD"
 )
 
+// kubeProxyIPVSChains are, per table, the chains kube-proxy's IPVS mode
+// adds to iptables that Weir's layout does not have; its other chains
+// carry the names of Weir's fixed chains.
+var kubeProxyIPVSChains = map[string][]string{
+	tableNAT:    {"KUBE-NODE-PORT", "KUBE-LOAD-BALANCER"},
+	tableFilter: {"KUBE-NODE-PORT", "KUBE-SOURCE-RANGES-FIREWALL", "KUBE-IPVS-FILTER", "KUBE-IPVS-OUT-FILTER"},
+}
+
 // The prefixes of per-service chains, kube-proxy's: cluster-policy
 // endpoints, local-policy endpoints, external traffic, load-balancer source
 // ranges and one per endpoint. KUBE-XLB- is an older kube-proxy's name for

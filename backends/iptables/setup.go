@@ -182,9 +182,10 @@ func quoteArgs(args []string) []string {
 	return out
 }
 
-// ownedChains lists Weir's chains in one table of the kernel, read with
-// iptables-save; also the rules of other chains that jump into them.
-func ownedChains(ctx context.Context, netNS int, save, table string) (chains []string, refs [][]string, err error) {
+// ownedChains lists the chains of one table of the kernel that removable
+// says are to go, read with iptables-save; also the rules of other chains
+// that jump into them.
+func ownedChains(ctx context.Context, netNS int, save, table string, removable func(string) bool) (chains []string, refs [][]string, err error) {
 	out, err := runSave(ctx, netNS, save, table)
 	if err != nil {
 		return nil, nil, err
@@ -192,13 +193,13 @@ func ownedChains(ctx context.Context, netNS int, save, table string) (chains []s
 	for line := range bytes.Lines(out) {
 		l := strings.TrimSpace(string(line))
 		if name, ok := strings.CutPrefix(l, ":"); ok {
-			if name, _, _ = strings.Cut(name, " "); ownedChain(name) {
+			if name, _, _ = strings.Cut(name, " "); removable(name) {
 				chains = append(chains, name)
 			}
 			continue
 		}
 		if rest, ok := strings.CutPrefix(l, "-A "); ok {
-			if args := splitRule(rest); len(args) > 0 && !ownedChain(args[0]) && ownedChain(ruleTarget(args)) {
+			if args := splitRule(rest); len(args) > 0 && !removable(args[0]) && removable(ruleTarget(args)) {
 				refs = append(refs, args)
 			}
 		}
@@ -248,13 +249,14 @@ func splitRule(s string) []string {
 	return args
 }
 
-// cleanupTable removes Weir from one table: first every rule of another
-// chain that jumps into one of Weir's chains (with go-iptables), then
-// Weir's chains themselves, flushed and deleted in one iptables-restore.
-func cleanupTable(ctx context.Context, netNS int, ipt *goipt.IPTables, t tools, table string) error {
-	chains, refs, err := ownedChains(ctx, netNS, t.save, table)
+// cleanupTable removes the chains of one table that removable names:
+// first every rule of another chain that jumps into one of them (with
+// go-iptables), then the chains themselves, flushed and deleted in one
+// iptables-restore. It returns how many chains it removed.
+func cleanupTable(ctx context.Context, netNS int, ipt *goipt.IPTables, t tools, table string, removable func(string) bool) (int, error) {
+	chains, refs, err := ownedChains(ctx, netNS, t.save, table, removable)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	err = inNetNS(netNS, func() error {
 		var errs []error
@@ -266,7 +268,7 @@ func cleanupTable(ctx context.Context, netNS int, ipt *goipt.IPTables, t tools, 
 		return errors.Join(errs...)
 	})
 	if err != nil || len(chains) == 0 {
-		return err
+		return 0, err
 	}
 	var text bytes.Buffer
 	fmt.Fprintf(&text, "*%s\n", table)
@@ -277,5 +279,8 @@ func cleanupTable(ctx context.Context, netNS int, ipt *goipt.IPTables, t tools, 
 		fmt.Fprintf(&text, "-X %s\n", c)
 	}
 	text.WriteString("COMMIT\n")
-	return runRestore(ctx, netNS, t.restore, text.Bytes())
+	if err := runRestore(ctx, netNS, t.restore, text.Bytes()); err != nil {
+		return 0, err
+	}
+	return len(chains), nil
 }

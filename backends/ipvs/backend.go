@@ -230,7 +230,7 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) er
 
 // Cleanup removes every virtual server on an address of Weir's interface
 // or on a node-port address, the masquerade rules and ipsets, and the
-// interface. Without a successful sync
+// interface; then what RemoveKubeProxy removes. Without a successful sync
 // since New, the node-port addresses are the local addresses inside
 // NodePortCIDRs, or all of them.
 func (b *Backend) Cleanup(ctx context.Context) error {
@@ -259,8 +259,9 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 			return fmt.Errorf("ipvs: delete interface %s: %w", b.opts.Interface, err)
 		}
 	}
+	err = b.removeKubeProxy()
 	b.reset()
-	return nil
+	return err
 }
 
 // Close stops the graceful-termination loop and releases the sockets.

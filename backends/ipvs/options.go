@@ -49,6 +49,18 @@ type Options struct {
 	// FlavourLegacy, or "" or "auto" for the one whose rules the node
 	// already holds, as mode iptables decides.
 	Flavour string
+	// NodePortRange is the cluster's node-port range, first and last
+	// (kube-apiserver's --service-node-port-range): RemoveKubeProxy tells
+	// kube-proxy's node-port virtual servers by it. 30000-32767 when zero.
+	NodePortRange [2]uint16
+}
+
+// nodePortRange returns the first and last port of o.NodePortRange.
+func (o Options) nodePortRange() (first, last uint16) {
+	if o.NodePortRange == [2]uint16{} {
+		return 30000, 32767
+	}
+	return o.NodePortRange[0], o.NodePortRange[1]
 }
 
 // withDefaults returns o with its zero fields filled, or an error naming

@@ -58,6 +58,10 @@ type Backend struct {
 	refilled time.Time
 	opts     Options
 	log      *slog.Logger
+	// failed counts the failed commits of the Sync under way, report keeps
+	// the figures of the latest (report.go).
+	failed failures
+	report backends.Report
 }
 
 // New returns a backend that programs the network namespace in opts.
@@ -118,14 +122,16 @@ func forceBuffers(c *netlink.Conn) error {
 }
 
 // Sync makes the kernel match p; see backends.Backend.
-func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
+func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) (err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.failed = failures{}
+	defer func() { b.report = b.failed.report() }()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	fromScratch := !b.tables[0].synced
-	err := b.sync(p, changed)
+	err = b.sync(p, changed)
 	if err == nil || fromScratch {
 		return err
 	}
@@ -224,6 +230,7 @@ func (b *Backend) commit(full bool, txns ...*txn) error {
 	if err == nil {
 		b.restamp(before, gerr == nil, full)
 	} else {
+		b.failed.refused(full, txns)
 		b.gen.valid = false
 		for _, tb := range b.tables {
 			tb.synced = false
@@ -252,16 +259,17 @@ func (b *Backend) send(txns []*txn) error {
 	return nil
 }
 
-// Cleanup removes Weir's table; it is not an error when there is none.
+// Cleanup removes Weir's tables and kube-proxy's (ip and ip6 kube-proxy),
+// like kube-proxy's own cleanup; it is not an error when there are none.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t := make([]*txn, len(b.tables))
-	for i, tb := range b.tables {
-		t[i] = &txn{table: tb.layout.table, ops: []op{{kind: opAddTable}, {kind: opDelTable}}}
+	t := b.kubeProxyTxns()
+	for _, tb := range b.tables {
+		t = append(t, &txn{table: tb.layout.table, ops: []op{{kind: opAddTable}, {kind: opDelTable}}})
 	}
 	if err := b.commit(true, t...); err != nil {
-		return fmt.Errorf("remove Weir's tables: %w", err)
+		return fmt.Errorf("remove Weir's and kube-proxy's tables: %w", err)
 	}
 	for _, tb := range b.tables {
 		tb.state, tb.synced = newState(), false

@@ -128,7 +128,8 @@ func newBackend(env *environment) (closingBackend, error) {
 			StrictARP:   cfg.IPVS.StrictARP,
 			GracePeriod: cfg.IPVS.GracePeriod,
 			// The masquerade rules are written with iptables.backend's flavour.
-			Flavour: cfg.IPTables.Backend,
+			Flavour:       cfg.IPTables.Backend,
+			NodePortRange: [2]uint16{cfg.NodePortRange.First, cfg.NodePortRange.Last},
 		})
 		// Without IPVS in the kernel (after moby/ipvs tried to load ip_vs)
 		// New may fail on the missing netlink family, or succeed and leave
@@ -218,8 +219,12 @@ func runDaemon(env *environment) error {
 	}
 	defer ct.Close()
 	setConntrack(env)
+	var pm proxy.Metrics = m
+	if env.cfg.Takeover {
+		pm = takingOver{observed: m, t: &takeover{env: env, be: be}}
+	}
 	opts := proxy.Options{NodeName: env.cfg.NodeName, Backend: be, HealthChecks: hc, Conntrack: ct,
-		Health: ph, Metrics: m, NodePorts: nodePorts(env), ServiceCIDRs: env.cfg.ServiceCIDRs, Log: env.log}
+		Health: ph, Metrics: pm, NodePorts: nodePorts(env), ServiceCIDRs: env.cfg.ServiceCIDRs, Log: env.log}
 	if chain != nil {
 		opts.Hooks = chain
 	}

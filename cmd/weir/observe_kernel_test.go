@@ -51,12 +51,12 @@ func TestKernelHealthAndMetrics(t *testing.T) {
 	}
 	// Traffic flows once the rules are committed; the sync is recorded just
 	// after (conntrack cleanup and the health-check servers come between).
-	text := waitMetric(t, d, c, metricsAddr, `(?m)^kubeproxy_sync_proxy_rules_last_timestamp_seconds [1-9]`)
+	text := waitMetric(t, d, c, metricsAddr, `(?m)^kubeproxy_sync_proxy_rules_last_timestamp_seconds\{ip_family="IPv4"\} [1-9]`)
 	for _, re := range []string{
-		`(?m)^kubeproxy_sync_full_proxy_rules_duration_seconds_count [1-9]`,
-		`(?m)^kubeproxy_sync_proxy_rules_duration_seconds_bucket\{le="16.384"\} [1-9]`,
-		`(?m)^kubeproxy_sync_proxy_rules_last_timestamp_seconds [1-9]`,
-		`(?m)^kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds [1-9]`,
+		`(?m)^kubeproxy_sync_full_proxy_rules_duration_seconds_count\{ip_family="IPv4"\} [1-9]`,
+		`(?m)^kubeproxy_sync_proxy_rules_duration_seconds_bucket\{ip_family="IPv4",le="16.384"\} [1-9]`,
+		`(?m)^kubeproxy_sync_proxy_rules_last_timestamp_seconds\{ip_family="IPv4"\} [1-9]`,
+		`(?m)^kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds\{ip_family="IPv4"\} [1-9]`,
 		`(?m)^kubeproxy_sync_proxy_rules_service_changes_total [1-9]`,
 		`(?m)^kubeproxy_sync_proxy_rules_endpoint_changes_pending 0$`,
 		`(?m)^kubeproxy_proxy_healthz_total\{code="200"\} 1$`,
@@ -73,7 +73,7 @@ func TestKernelHealthAndMetrics(t *testing.T) {
 	// once its rules are committed.
 	rewriteSlice(t, filepath.Join(dir, "web.yaml"), "pod-b", time.Now())
 	waitWithout(t, d, topo.Client, webVIP, "pod-b", 20)
-	waitMetric(t, d, c, metricsAddr, `(?m)^kubeproxy_network_programming_duration_seconds_count 1$`)
+	waitMetric(t, d, c, metricsAddr, `(?m)^kubeproxy_network_programming_duration_seconds_count\{ip_family="IPv4"\} 1$`)
 
 	// A Node being deleted fails /healthz, not /livez.
 	markNodeDeleting(t, filepath.Join(dir, "node.yaml"))

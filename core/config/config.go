@@ -56,6 +56,10 @@ type Config struct {
 	// must lie in, the API server's --service-node-port-range; ports
 	// outside it are skipped with a warning.
 	NodePortRange PortRange
+	// Takeover removes what kube-proxy left on the node, in every mode,
+	// once Weir's first commit serves the services: switching from
+	// kube-proxy needs no reboot and no manual cleanup.
+	Takeover bool
 	// SyncPeriod is the longest time between two full syncs of kernel state.
 	SyncPeriod time.Duration
 	// MinSyncPeriod is the shortest time between two syncs, however fast

@@ -105,6 +105,7 @@ func TestNames(t *testing.T) {
 		{"localDetector.interfaceNamePrefix", "WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX", "pod-interface-name-prefix"},
 		{"masqueradeAll", "WEIR_MASQUERADE_ALL", "masquerade-all"},
 		{"localhostNodePorts", "WEIR_LOCALHOST_NODE_PORTS", "localhost-node-ports"},
+		{"takeover", "WEIR_TAKEOVER", "takeover"},
 		{"nodePortAddresses", "WEIR_NODE_PORT_ADDRESSES", "node-port-addresses"},
 		{"nodePortRange", "WEIR_NODE_PORT_RANGE", "node-port-range"},
 		{"syncPeriod", "WEIR_SYNC_PERIOD", "sync-period"},

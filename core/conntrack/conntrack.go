@@ -189,18 +189,18 @@ func (c *Cleaner) Clear(ctx context.Context, flows []Flow) (deleted int, err err
 		return 0, errors.Join(errs...)
 	}
 	pick := func(e *entry) (string, bool) { return idx.pick(e, flows) }
-	deleted, serrs := c.sweep(ctx, describe(flows), idx.wants, pick)
-	return deleted, joinCapped(append(errs, serrs...))
+	n, serrs := c.sweep(ctx, describe(flows), idx.wants, pick)
+	return n.Total(), joinCapped(append(errs, serrs...))
 }
 
 // sweep reads the conntrack table once and deletes the entries whose
 // original tuple wanted accepts and that pick then selects; what names the
 // request in messages.
-func (c *Cleaner) sweep(ctx context.Context, what string, wanted func(tuple) bool, pick func(*entry) (string, bool)) (int, []error) {
+func (c *Cleaner) sweep(ctx context.Context, what string, wanted func(tuple) bool, pick func(*entry) (string, bool)) (Deleted, []error) {
 	start := time.Now()
 	conn, err := c.open()
 	if err != nil {
-		return 0, []error{err}
+		return Deleted{}, []error{err}
 	}
 	defer conn.close()
 	defer conn.bind(ctx)()
@@ -219,7 +219,7 @@ func (c *Cleaner) sweep(ctx context.Context, what string, wanted func(tuple) boo
 		}
 	})
 	if err != nil {
-		return 0, []error{fmt.Errorf("conntrack: dump for %s: %w", what, ctxErr(ctx, err))}
+		return Deleted{}, []error{fmt.Errorf("conntrack: dump for %s: %w", what, ctxErr(ctx, err))}
 	}
 	var errs []error
 	if interrupted {
@@ -235,7 +235,7 @@ func (c *Cleaner) sweep(ctx context.Context, what string, wanted func(tuple) boo
 		errs = append(errs, ctxErr(ctx, e))
 	}
 	c.log.Debug("cleared stale conntrack entries", "flows", what, "scanned", scanned,
-		"matched", len(matches), "deleted", deleted, "took", time.Since(start))
+		"matched", len(matches), "deleted", deleted.Total(), "took", time.Since(start))
 	return deleted, errs
 }
 

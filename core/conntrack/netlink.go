@@ -241,19 +241,19 @@ func ackError(m syscall.NetlinkMessage) error {
 }
 
 // deleteAll deletes the matched entries, deleteBatch requests per write,
-// and returns how many the kernel deleted. An entry already gone (ENOENT:
-// expired, deleted by someone else, or recreated with another ID) is not
-// an error.
-func (c *conn) deleteAll(matches []match, what string) (deleted int, errs []error) {
+// and returns how many the kernel deleted in each family. An entry already
+// gone (ENOENT: expired, deleted by someone else, or recreated with another
+// ID) is not an error.
+func (c *conn) deleteAll(matches []match, what string) (deleted Deleted, errs []error) {
 	for len(matches) > 0 {
 		batch := matches[:min(deleteBatch, len(matches))]
 		matches = matches[len(batch):]
 		n, berrs, err := c.deleteBatch(batch)
-		deleted += n
+		deleted = deleted.plus(n)
 		errs = append(errs, berrs...)
 		if err != nil {
 			return deleted, append(errs, fmt.Errorf("conntrack: delete entries for %s: %w (up to %d entries not deleted)",
-				what, err, len(batch)-n+len(matches)))
+				what, err, len(batch)-n.Total()+len(matches)))
 		}
 	}
 	return deleted, errs
@@ -262,7 +262,7 @@ func (c *conn) deleteAll(matches []match, what string) (deleted int, errs []erro
 // deleteBatch sends one write of delete requests and collects their acks.
 // err is set when the exchange itself failed; the acks not yet read are
 // then unknown.
-func (c *conn) deleteBatch(batch []match) (deleted int, errs []error, err error) {
+func (c *conn) deleteBatch(batch []match) (deleted Deleted, errs []error, err error) {
 	first := c.seq + 1
 	var req []byte
 	for _, m := range batch {
@@ -271,7 +271,7 @@ func (c *conn) deleteBatch(batch []match) (deleted int, errs []error, err error)
 		req = append(req, m.attrs...)
 	}
 	if err := c.write(req); err != nil {
-		return 0, nil, err
+		return Deleted{}, nil, err
 	}
 	acked := make([]bool, len(batch))
 	for pending := len(batch); pending > 0; {
@@ -288,7 +288,7 @@ func (c *conn) deleteBatch(batch []match) (deleted int, errs []error, err error)
 			pending--
 			switch err := ackError(msg); {
 			case err == nil:
-				deleted++
+				deleted.count(batch[i].family)
 			case errors.Is(err, unix.ENOENT):
 			default:
 				m := batch[i]

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -42,14 +44,38 @@ func ServingOf(s *plan.Service) []Serving {
 	return out
 }
 
+// Deleted counts deleted conntrack entries per IP family, as the metrics
+// of kube-proxy's reconciler split them.
+type Deleted struct {
+	IPv4, IPv6 int
+}
+
+// Total returns the entries deleted in both families.
+func (d Deleted) Total() int { return d.IPv4 + d.IPv6 }
+
+// plus returns the sum of two counts.
+func (d Deleted) plus(o Deleted) Deleted {
+	return Deleted{IPv4: d.IPv4 + o.IPv4, IPv6: d.IPv6 + o.IPv6}
+}
+
+// count adds one entry of the address family af (AF_INET or AF_INET6).
+func (d *Deleted) count(af uint8) {
+	if af == unix.AF_INET6 {
+		d.IPv6++
+	} else {
+		d.IPv4++
+	}
+}
+
 // Reconcile deletes the UDP and SCTP entries whose original destination is
 // one of serving's and whose reply does not come from one of its
 // endpoints: flows DNATed to an endpoint that went away while nobody
 // watched (Weir restarting, say), and flows that got through un-NATed
 // before the service had rules. It spares the flows that still reach a
 // serving endpoint, which a restart must not cut (kubernetes#122740). It
-// reads the table once and returns how many entries it deleted.
-func (c *Cleaner) Reconcile(ctx context.Context, serving []Serving) (int, error) {
+// reads the table once, both families together, and returns how many
+// entries it deleted in each.
+func (c *Cleaner) Reconcile(ctx context.Context, serving []Serving) (Deleted, error) {
 	byDest := map[key]map[netip.Addr]bool{}
 	for _, s := range serving {
 		k := key{proto: protoNumber(s.Protocol), addr: s.Dest.Addr().Unmap(), port: s.Dest.Port()}
@@ -66,7 +92,7 @@ func (c *Cleaner) Reconcile(ctx context.Context, serving []Serving) (int, error)
 		}
 	}
 	if len(byDest) == 0 {
-		return 0, nil
+		return Deleted{}, nil
 	}
 	lookup := func(t tuple) (key, map[netip.Addr]bool) {
 		k := key{proto: t.proto, addr: t.dst.Addr(), port: t.dst.Port()}

@@ -1,8 +1,11 @@
 package conntrack
 
 import (
+	"context"
 	"net/netip"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/weirproxy/weir/sdk/plan"
 )
@@ -58,8 +61,8 @@ func TestReconcile(t *testing.T) {
 
 	c := newCleaner(t, topo.Node)
 	n, err := c.Reconcile(testCtx(t), []Serving{{Protocol: plan.UDP, Dest: vip, Endpoints: []netip.Addr{podA}}})
-	if err != nil || n != 2 {
-		t.Fatalf("Reconcile = %d, %v; want 2 (the un-NATed entry and the one to b)", n, err)
+	if err != nil || n != (Deleted{IPv4: 2}) {
+		t.Fatalf("Reconcile = %+v, %v; want 2 IPv4 entries (the un-NATed entry and the one to b)", n, err)
 	}
 	left := entries(t, topo.Node)
 	if len(with(left, "-> "+vip.String(), "reply from "+toA.String())) != 1 {
@@ -74,4 +77,33 @@ func TestReconcile(t *testing.T) {
 	wantPod(t, kept, "a", "the kept flow after Reconcile")
 	eventually(t, gone, "a", "the flow that went to b")
 	eventually(t, early, "a", "the flow that got through un-NATed")
+}
+
+// TestReconcileCountsFamilies reconciles a dual-stack service against the
+// fake kernel: two stale IPv4 entries and one stale IPv6 entry go, counted
+// in their families; the entries of serving endpoints stay.
+func TestReconcileCountsFamilies(t *testing.T) {
+	client := func(a string, port uint16) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(a), port) }
+	gone6 := netip.MustParseAddrPort("[fd00:244::6]:5353")
+	entries := []*fakeEntry{
+		{proto: unix.IPPROTO_UDP, orig: client("172.30.0.2", 1000), origDst: fakeVIP, replySrc: fakeA, id: 1},
+		{proto: unix.IPPROTO_UDP, orig: client("172.30.0.2", 1001), origDst: fakeVIP, replySrc: fakeB, id: 2},
+		{proto: unix.IPPROTO_UDP, orig: client("172.30.0.2", 1002), origDst: fakeVIP, replySrc: fakeB, id: 3},
+		{proto: unix.IPPROTO_UDP, orig: client("fd00::2", 1003), origDst: fakeVIP6, replySrc: fakeA6, id: 4},
+		{proto: unix.IPPROTO_UDP, orig: client("fd00::2", 1004), origDst: fakeVIP6, replySrc: gone6, id: 5},
+	}
+	k := &fakeKernel{t: t, entries: entries}
+	n, err := k.cleaner().Reconcile(context.Background(), []Serving{
+		{Protocol: plan.UDP, Dest: fakeVIP, Endpoints: []netip.Addr{fakeA.Addr()}},
+		{Protocol: plan.UDP, Dest: fakeVIP6, Endpoints: []netip.Addr{fakeA6.Addr()}},
+	})
+	k.wg.Wait()
+	if err != nil || n != (Deleted{IPv4: 2, IPv6: 1}) || n.Total() != 3 {
+		t.Fatalf("Reconcile = %+v (total %d), %v; want 2 IPv4 and 1 IPv6", n, n.Total(), err)
+	}
+	for _, e := range entries {
+		if deleted, want := e.deleteAttributes != nil, e.replySrc == fakeB || e.replySrc == gone6; deleted != want {
+			t.Errorf("entry %d (reply from %s): deleted %v, want %v", e.id, e.replySrc, deleted, want)
+		}
+	}
 }

@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/core/tracker"
 )
@@ -23,9 +25,12 @@ var (
 const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 
 // inbound sits between the source and the tracker. It counts the Service
-// and EndpointSlice changes for the metrics, keeps the EndpointSlices'
-// last-change-trigger-times until the sync that commits them, and follows
-// whether this Node is being deleted, for /healthz.
+// and EndpointSlice changes for the metrics as kube-proxy's change trackers
+// do (every event the source delivers, an informer's resync of an
+// unchanged object too; of EndpointSlices, those of an IP address type
+// that name their service), keeps the EndpointSlices' last-change-trigger-
+// times until the sync that commits them, and follows whether this Node is
+// being deleted, for /healthz.
 type inbound struct {
 	p *Proxy
 	// start is when the proxy was created: trigger times from before it
@@ -36,14 +41,16 @@ type inbound struct {
 	// while a sync checks both out, so that a trigger time is taken by the
 	// sync that takes its change.
 	mu sync.Mutex
-	// services and endpoints hold the namespace/name of the services with
-	// Service or EndpointSlice changes not yet synced.
-	services, endpoints map[string]struct{}
+	// services holds the namespace/name of the services with Service
+	// changes not yet synced; sliceChanges counts the EndpointSlice changes
+	// not yet synced (a new resource version each).
+	services     map[string]struct{}
+	sliceChanges int
 	// triggers holds, per service, the trigger times of the slice changes
 	// not yet synced; carried those of a failed sync, which the next
 	// successful (full) sync commits.
-	triggers map[string][]time.Time
-	carried  []time.Time
+	triggers map[string][]trigger
+	carried  []trigger
 	// sourceDown is set between OnSourceDown and OnSourceUp.
 	sourceDown bool
 	// ownNode is set once the Node named NodeName arrived.
@@ -53,10 +60,16 @@ type inbound struct {
 func newInbound(p *Proxy, start time.Time) *inbound {
 	return &inbound{
 		p: p, start: start,
-		services:  map[string]struct{}{},
-		endpoints: map[string]struct{}{},
-		triggers:  map[string][]time.Time{},
+		services: map[string]struct{}{},
+		triggers: map[string][]trigger{},
 	}
+}
+
+// trigger is the last-change-trigger-time of an EndpointSlice change and
+// the IP family of the slice.
+type trigger struct {
+	at     time.Time
+	family string
 }
 
 // sameVersion reports whether an update carries the object it replaces:
@@ -71,11 +84,11 @@ func (in *inbound) OnService(prev, cur *corev1.Service) {
 	if obj == nil {
 		obj = prev
 	}
+	if m := in.p.opts.Metrics; m != nil && obj != nil {
+		m.ServiceChanged()
+	}
 	if obj != nil && (prev == nil || cur == nil || !sameVersion(prev.ResourceVersion, cur.ResourceVersion)) {
 		in.services[obj.Namespace+"/"+obj.Name] = struct{}{}
-		if m := in.p.opts.Metrics; m != nil {
-			m.ServiceChanged()
-		}
 		in.pending()
 	}
 	in.p.tracker.OnService(prev, cur)
@@ -86,27 +99,34 @@ func (in *inbound) OnService(prev, cur *corev1.Service) {
 func (in *inbound) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if prev == nil || cur == nil || !sameVersion(prev.ResourceVersion, cur.ResourceVersion) {
-		for _, s := range []*discoveryv1.EndpointSlice{prev, cur} {
-			if name := sliceService(s); name != "" {
-				in.endpoints[name] = struct{}{}
-			}
-		}
-		in.keepTrigger(prev, cur)
+	s := cur
+	if s == nil {
+		s = prev
+	}
+	if sliceFamily(s) != "" && sliceService(s) != "" {
 		if m := in.p.opts.Metrics; m != nil {
 			m.EndpointsChanged()
 		}
-		in.pending()
+		if prev == nil || cur == nil || !sameVersion(prev.ResourceVersion, cur.ResourceVersion) {
+			in.sliceChanges++
+			in.keepTrigger(prev, cur)
+			in.pending()
+		}
 	}
 	in.p.tracker.OnEndpointSlice(prev, cur)
 }
 
 // keepTrigger remembers cur's last-change-trigger-time. A deleted slice
-// carries the time of its last update, not of its deletion, so its
-// service's times are dropped instead, as kube-proxy does.
+// carries the time of its last update, not of its deletion, so the times
+// of its service and family are dropped instead, as kube-proxy's tracker
+// of that family does.
 func (in *inbound) keepTrigger(prev, cur *discoveryv1.EndpointSlice) {
 	if cur == nil {
-		delete(in.triggers, sliceService(prev))
+		name, family := sliceService(prev), sliceFamily(prev)
+		in.triggers[name] = slices.DeleteFunc(in.triggers[name], func(t trigger) bool { return t.family == family })
+		if len(in.triggers[name]) == 0 {
+			delete(in.triggers, name)
+		}
 		return
 	}
 	name := sliceService(cur)
@@ -118,7 +138,21 @@ func (in *inbound) keepTrigger(prev, cur *discoveryv1.EndpointSlice) {
 	if err != nil || !t.After(in.start) {
 		return
 	}
-	in.triggers[name] = append(in.triggers[name], t)
+	in.triggers[name] = append(in.triggers[name], trigger{at: t, family: sliceFamily(cur)})
+}
+
+// sliceFamily is the IP family of a slice's addresses, or "" for nil and
+// for address types kube-proxy ignores (FQDN).
+func sliceFamily(s *discoveryv1.EndpointSlice) string {
+	switch {
+	case s == nil:
+		return ""
+	case s.AddressType == discoveryv1.AddressTypeIPv4:
+		return backends.IPv4
+	case s.AddressType == discoveryv1.AddressTypeIPv6:
+		return backends.IPv6
+	}
+	return ""
 }
 
 // sliceService is the namespace/name of the service a slice belongs to, or
@@ -219,16 +253,16 @@ func (in *inbound) OnSynced() {
 	in.p.tracker.OnSynced()
 }
 
-// pending publishes how many services have changes waiting; mu is held.
+// pending publishes how many changes wait; mu is held.
 func (in *inbound) pending() {
 	if m := in.p.opts.Metrics; m != nil {
-		m.Pending(len(in.services), len(in.endpoints))
+		m.Pending(len(in.services), in.sliceChanges)
 	}
 }
 
 // checkout takes the tracker's pending changes and the trigger times of the
 // slice changes among them.
-func (in *inbound) checkout(full bool) (tracker.Snapshot, []time.Time) {
+func (in *inbound) checkout(full bool) (tracker.Snapshot, []trigger) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	snap := in.p.tracker.Checkout(full)
@@ -239,13 +273,13 @@ func (in *inbound) checkout(full bool) (tracker.Snapshot, []time.Time) {
 	}
 	clear(in.triggers)
 	clear(in.services)
-	clear(in.endpoints)
+	in.sliceChanges = 0
 	in.pending()
 	return snap, times
 }
 
 // restore keeps the trigger times of a failed sync for the next one.
-func (in *inbound) restore(times []time.Time) {
+func (in *inbound) restore(times []trigger) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.carried = append(in.carried, times...)

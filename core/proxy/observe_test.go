@@ -9,6 +9,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/weirproxy/weir/core/health"
@@ -121,27 +122,49 @@ func TestMetricsFollowSyncs(t *testing.T) {
 		t.Fatal(err)
 	}
 	step := "after a full sync"
-	o.want(t, step, "kubeproxy_sync_proxy_rules_duration_seconds", 1)
-	o.want(t, step, "kubeproxy_sync_full_proxy_rules_duration_seconds", 1)
-	o.want(t, step, "kubeproxy_sync_partial_proxy_rules_duration_seconds", 0)
-	o.want(t, step, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", float64(o.clock.now().Unix()))
+	for _, f := range []string{metrics.IPv4, metrics.IPv6} {
+		o.want(t, step, "kubeproxy_sync_proxy_rules_duration_seconds", 1, "ip_family", f)
+		o.want(t, step, "kubeproxy_sync_full_proxy_rules_duration_seconds", 1, "ip_family", f)
+		o.want(t, step, "kubeproxy_sync_partial_proxy_rules_duration_seconds", 0, "ip_family", f)
+		o.want(t, step, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", float64(o.clock.now().Unix()), "ip_family", f)
+	}
 	o.want(t, step, "kubeproxy_sync_proxy_rules_service_changes_pending", 0)
 	o.want(t, step, "kubeproxy_sync_proxy_rules_endpoint_changes_pending", 0)
 
-	// A resync of an unchanged object (same resourceVersion) is no change.
+	// As in kube-proxy, a resync of an unchanged object (same
+	// resourceVersion) counts as a change delivered, but none is pending.
 	o.p.Handler().OnEndpointSlice(c.webEPs, c.webEPs)
-	o.want(t, "after a resync", "kubeproxy_sync_proxy_rules_endpoint_changes_total", 1)
+	o.p.Handler().OnService(c.web, c.web)
+	o.want(t, "after a resync", "kubeproxy_sync_proxy_rules_endpoint_changes_total", 2)
+	o.want(t, "after a resync", "kubeproxy_sync_proxy_rules_service_changes_total", 3)
+	o.want(t, "after a resync", "kubeproxy_sync_proxy_rules_endpoint_changes_pending", 0)
+	o.want(t, "after a resync", "kubeproxy_sync_proxy_rules_service_changes_pending", 0)
 
-	o.p.Handler().OnEndpointSlice(c.webEPs, withAddrs(c.webEPs, "10.244.0.11"))
-	o.want(t, "after a slice change", "kubeproxy_sync_proxy_rules_endpoint_changes_pending", 1)
+	// Pending slice changes count changes, not services.
+	one := withAddrs(c.webEPs, "10.244.0.11")
+	o.p.Handler().OnEndpointSlice(c.webEPs, one)
+	o.p.Handler().OnEndpointSlice(one, withAddrs(one, "10.244.0.12"))
+	o.want(t, "after two slice changes", "kubeproxy_sync_proxy_rules_endpoint_changes_pending", 2)
 	if err := o.p.Sync(t.Context(), false); err != nil {
 		t.Fatal(err)
 	}
 	step = "after a partial sync"
-	o.want(t, step, "kubeproxy_sync_proxy_rules_duration_seconds", 2)
-	o.want(t, step, "kubeproxy_sync_partial_proxy_rules_duration_seconds", 1)
-	o.want(t, step, "kubeproxy_sync_proxy_rules_endpoint_changes_total", 2)
+	for _, f := range []string{metrics.IPv4, metrics.IPv6} {
+		o.want(t, step, "kubeproxy_sync_proxy_rules_duration_seconds", 2, "ip_family", f)
+		o.want(t, step, "kubeproxy_sync_partial_proxy_rules_duration_seconds", 1, "ip_family", f)
+	}
+	o.want(t, step, "kubeproxy_sync_proxy_rules_endpoint_changes_total", 4)
 	o.want(t, step, "kubeproxy_sync_proxy_rules_endpoint_changes_pending", 0)
+
+	// kube-proxy ignores FQDN slices and slices that name no service.
+	fqdn := endpointSlice("web-fqdn", "web", c.webEPs.Ports)
+	fqdn.AddressType = discoveryv1.AddressTypeFQDN
+	unnamed := endpointSlice("orphan", "", c.webEPs.Ports, "10.244.0.13")
+	delete(unnamed.Labels, discoveryv1.LabelServiceName)
+	o.p.Handler().OnEndpointSlice(nil, fqdn)
+	o.p.Handler().OnEndpointSlice(nil, unnamed)
+	o.want(t, "after an FQDN and an unnamed slice", "kubeproxy_sync_proxy_rules_endpoint_changes_total", 4)
+	o.want(t, "after an FQDN and an unnamed slice", "kubeproxy_sync_proxy_rules_endpoint_changes_pending", 0)
 	o.want(t, step, "weir_backend_commit_failures_total", 0, "mode", "nftables")
 
 	o.be.failNextSync(errors.New("kernel says no"))
@@ -151,7 +174,7 @@ func TestMetricsFollowSyncs(t *testing.T) {
 	}
 	step = "after a failed sync"
 	o.want(t, step, "weir_backend_commit_failures_total", 1, "mode", "nftables")
-	o.want(t, step, "kubeproxy_sync_proxy_rules_duration_seconds", 2)
+	o.want(t, step, "kubeproxy_sync_proxy_rules_duration_seconds", 2, "ip_family", metrics.IPv6)
 }
 
 func TestHealthFollowsSyncs(t *testing.T) {

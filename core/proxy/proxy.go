@@ -57,6 +57,7 @@ type Options struct {
 }
 
 // Metrics records the proxy's syncs and changes; *metrics.Metrics is one.
+// A family is backends.IPv4 or backends.IPv6.
 type Metrics interface {
 	// Synced records a successful sync that took took and ended at end.
 	Synced(full bool, took time.Duration, end time.Time)
@@ -67,11 +68,25 @@ type Metrics interface {
 	// ServiceChanged and EndpointsChanged count one object change each.
 	ServiceChanged()
 	EndpointsChanged()
-	// Pending sets how many services have changes not yet synced.
-	Pending(services, endpoints int)
-	// NetworkProgrammed records the time from an EndpointSlice change in
-	// the cluster to the commit of its rules.
-	NetworkProgrammed(d time.Duration)
+	// Pending sets how many services have Service changes, and how many
+	// EndpointSlice changes there are, not yet synced.
+	Pending(services, slices int)
+	// NetworkProgrammed records the time from a change of an EndpointSlice
+	// of family in the cluster to the commit of its rules.
+	NetworkProgrammed(family string, d time.Duration)
+	// NoLocalEndpoints sets how many services of family have a Local
+	// traffic policy (policy "internal" or "external") and endpoints, but
+	// none that serves that traffic on this node.
+	NoLocalEndpoints(family, policy string, services int)
+	// BackendFailed counts the writes of one backend Sync that the kernel
+	// refused in family, and how many of them carried only changed services.
+	BackendFailed(family string, failed, partial int)
+	// BackendRules records, after a successful Sync, how many rules the
+	// backend owns in table of family and how many that Sync wrote.
+	BackendRules(family, table string, total, written int)
+	// Reconciled records one pass of the conntrack reconciler over family:
+	// how long it took and how many entries it deleted there.
+	Reconciled(family string, took time.Duration, deleted int)
 }
 
 // Hooks runs hook plugins over plan services; *hooks.Chain is one.
@@ -89,8 +104,8 @@ type Conntrack interface {
 	// Clear deletes the entries of the flows a change made stale.
 	Clear(ctx context.Context, flows []conntrack.Flow) (int, error)
 	// Reconcile deletes every entry of the destinations that no serving
-	// endpoint answers.
-	Reconcile(ctx context.Context, serving []conntrack.Serving) (int, error)
+	// endpoint answers, and counts them per family.
+	Reconcile(ctx context.Context, serving []conntrack.Serving) (conntrack.Deleted, error)
 }
 
 // HealthChecks serves load-balancer health checks; *health.Servers is one.
@@ -127,6 +142,11 @@ type Proxy struct {
 	// healthChecks holds the health check of every service that has one,
 	// as last committed.
 	healthChecks map[string]health.Service
+	// noLocal holds, as last committed, the flags of the service ports
+	// without local endpoints for a Local policy, and noLocalCount the
+	// number of ports with each flag (nolocal.go).
+	noLocal      map[plan.Key]noLocal
+	noLocalCount [noLocalFlags]int
 	// resync is set after a failed commit: the keys that commit carried are
 	// no longer pending anywhere, so the next sync must be a full one.
 	resync bool
@@ -152,7 +172,7 @@ func New(opts Options) *Proxy {
 		claims:    planner.NewClaims(), unresolved: map[plan.Key]*plan.Service{},
 		problems: map[string][]planner.Problem{}, conflicts: map[plan.Key][]planner.Problem{},
 
-		healthChecks: map[string]health.Service{},
+		healthChecks: map[string]health.Service{}, noLocal: map[plan.Key]noLocal{},
 	}
 	p.tracker = tracker.New(func() {
 		p.requestSync()
@@ -231,7 +251,7 @@ func (p *Proxy) PluginFailures() error {
 
 // record tells the health state and the metrics how a sync that started
 // at start ended. The trigger times of a failed sync wait for the next.
-func (p *Proxy) record(full bool, start time.Time, triggers []time.Time, err error) {
+func (p *Proxy) record(full bool, start time.Time, triggers []trigger, err error) {
 	if p.opts.Backend == nil {
 		return
 	}
@@ -257,14 +277,15 @@ func (p *Proxy) record(full bool, start time.Time, triggers []time.Time, err err
 	}
 	m.Synced(full, end.Sub(start), end)
 	for _, t := range triggers {
-		m.NetworkProgrammed(end.Sub(t))
+		m.NetworkProgrammed(t.family, end.Sub(t.at))
 	}
 }
 
 // sync is Sync with the lock held, on the tracker's snapshot. Its results
-// (the final plan, the flows to clear, the health checks) are folded into
-// the proxy's state only once the backend accepted them; a failed commit
-// leaves them to the retry, which is a full sync.
+// (the final plan, the flows to clear, the health checks, the services
+// without local endpoints) are folded into the proxy's state only once the
+// backend accepted them; a failed commit leaves them to the retry, which
+// is a full sync.
 func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) error {
 	start := time.Now()
 	p.log.Info("Syncing rules", "full", full)
@@ -280,8 +301,10 @@ func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) erro
 		!slices.Equal(cidrs, p.plan.ServiceCIDRs)
 	undo := out.apply(p.final)
 	checks := p.healthChecksOf(out.names)
+	noLocal := out.noLocal()
 	if p.opts.Backend == nil || (!full && len(out.changed) == 0 && !nodeChanged) {
 		p.foldHealthChecks(checks)
+		p.foldNoLocal(out.keys, noLocal)
 		return nil
 	}
 	keys := out.changed
@@ -290,7 +313,9 @@ func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) erro
 	} else if keys == nil {
 		keys = []plan.Key{} // partial, not full: nothing but the node changed
 	}
-	if err := p.opts.Backend.Sync(ctx, p.final, keys); err != nil {
+	err := p.opts.Backend.Sync(ctx, p.final, keys)
+	p.reportBackend()
+	if err != nil {
 		undo()
 		p.resync = true
 		p.log.Error("Failed to execute sync; retrying with a full sync", "error", err, "full", full,
@@ -299,6 +324,7 @@ func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) erro
 	}
 	p.resync = false
 	p.foldHealthChecks(checks)
+	p.foldNoLocal(out.keys, noLocal)
 	if full {
 		p.reconcileFlows(ctx)
 	} else {
@@ -369,12 +395,19 @@ func (p *Proxy) reconcileFlows(ctx context.Context) {
 	if len(serving) == 0 {
 		return
 	}
+	start := time.Now()
 	n, err := p.opts.Conntrack.Reconcile(ctx, serving)
+	if m := p.opts.Metrics; m != nil {
+		// One pass reads both families' entries: its duration is each's.
+		took := time.Since(start)
+		m.Reconciled(backends.IPv4, took, n.IPv4)
+		m.Reconciled(backends.IPv6, took, n.IPv6)
+	}
 	if err != nil {
 		p.log.Warn("Failed to reconcile conntrack entries", "error", err)
 	}
-	if n > 0 {
-		p.log.Info("Deleted conntrack entries no serving endpoint answers", "entries", n, "destinations", len(serving))
+	if n.Total() > 0 {
+		p.log.Info("Deleted conntrack entries no serving endpoint answers", "entries", n.Total(), "destinations", len(serving))
 	}
 }
 

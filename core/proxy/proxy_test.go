@@ -743,11 +743,13 @@ func TestNodeOnlyChangeReachesBackend(t *testing.T) {
 }
 
 // recordingConntrack keeps the flows it was asked to clear and the
-// destinations of the last reconciliation.
+// destinations of the last reconciliation; each reconciliation reports
+// deleting deleted.
 type recordingConntrack struct {
 	flows      []conntrack.Flow
 	serving    []conntrack.Serving
 	reconciled int
+	deleted    conntrack.Deleted
 }
 
 func (r *recordingConntrack) Clear(_ context.Context, f []conntrack.Flow) (int, error) {
@@ -755,9 +757,9 @@ func (r *recordingConntrack) Clear(_ context.Context, f []conntrack.Flow) (int, 
 	return len(f), nil
 }
 
-func (r *recordingConntrack) Reconcile(_ context.Context, s []conntrack.Serving) (int, error) {
+func (r *recordingConntrack) Reconcile(_ context.Context, s []conntrack.Serving) (conntrack.Deleted, error) {
 	r.serving, r.reconciled = s, r.reconciled+1
-	return 0, nil
+	return r.deleted, nil
 }
 
 // servingAt returns the serving endpoints the last reconciliation gave dest.

@@ -269,6 +269,9 @@ func parseMetrics(r io.Reader) (metrics, error) {
 			continue
 		}
 		name := line[:i]
+		if strings.Contains(name, `ip_family="IPv6"`) {
+			continue // the same figure as IPv4's: one sync serves both
+		}
 		if j := strings.IndexByte(name, '{'); j >= 0 {
 			name = name[:j]
 		}
