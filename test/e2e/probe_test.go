@@ -117,9 +117,12 @@ type programmingHistogram struct {
 	count int
 }
 
+// The histogram's sum and count, of its IPv4 series (the tests' slices
+// are IPv4) when it is labelled by ip_family as kube-proxy's is, or of its
+// one series when it is not.
 var (
-	programmingSum   = regexp.MustCompile(`(?m)^kubeproxy_network_programming_duration_seconds_sum (\S+)$`)
-	programmingCount = regexp.MustCompile(`(?m)^kubeproxy_network_programming_duration_seconds_count (\S+)$`)
+	programmingSum   = regexp.MustCompile(`(?m)^kubeproxy_network_programming_duration_seconds_sum(?:\{ip_family="IPv4"\})? (\S+)$`)
+	programmingCount = regexp.MustCompile(`(?m)^kubeproxy_network_programming_duration_seconds_count(?:\{ip_family="IPv4"\})? (\S+)$`)
 )
 
 // scrapeProgramming reads the network programming histogram from Weir's

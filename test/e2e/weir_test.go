@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,10 +68,11 @@ func weirBinary(t *testing.T) string {
 
 // weirDaemon is `weir run` running in a node namespace.
 type weirDaemon struct {
-	name string
-	out  *syncbuf.Buffer
-	done chan struct{} // closed once it has exited
-	err  error         // what Wait returned, once done is closed
+	name    string
+	out     *syncbuf.Buffer
+	process *os.Process
+	done    chan struct{} // closed once it has exited
+	err     error         // what Wait returned, once done is closed
 }
 
 // startWeir runs `weir run` with the kubernetes source in node, as the
@@ -80,22 +82,46 @@ type weirDaemon struct {
 // test ends, on every path.
 func startWeir(t *testing.T, cp *controlplane.ControlPlane, node *netns.Namespace, nodeName string, extra ...string) *weirDaemon {
 	t.Helper()
-	bin := weirBinary(t)
+	weirBinary(t)
 	forwardAPIServer(t, cp, node)
-	kubeconfig := ownCopy(t, cp.KubeconfigForServiceAccount(t, "kube-system", "weir"), nodeName+".kubeconfig")
-	args := append([]string{"run", "--source-kind", "kubernetes", "--kubeconfig", kubeconfig,
+	return runWeir(t, node, nodeName, weirArgs(t, cp, nodeName, extra...)...)
+}
+
+// weirArgs are startWeir's arguments of `weir run` for nodeName, extra
+// last, with a kubeconfig of its own for Weir's ServiceAccount.
+func weirArgs(t *testing.T, cp *controlplane.ControlPlane, nodeName string, extra ...string) []string {
+	t.Helper()
+	kubeconfig := weirKubeconfig(t, cp, nodeName)
+	return append([]string{"run", "--source-kind", "kubernetes", "--kubeconfig", kubeconfig,
 		"--node-name", nodeName, "--cluster-cidrs", netns.DefaultPodCIDR.String(),
 		"--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"}, extra...)
+}
+
+// weirKubeconfig is a kubeconfig file of Weir's own for the ServiceAccount
+// kube-system/weir, for the daemon of nodeName.
+func weirKubeconfig(t *testing.T, cp *controlplane.ControlPlane, nodeName string) string {
+	t.Helper()
+	return ownCopy(t, cp.KubeconfigForServiceAccount(t, "kube-system", "weir"), nodeName+".kubeconfig")
+}
+
+// runWeir runs weir with args in node, without WEIR_* variables; name
+// names the daemon in messages. The API server must already be
+// forwarded into node (forwardAPIServer) when args use the kubernetes
+// source. It is killed when the test ends, on every path.
+func runWeir(t *testing.T, node *netns.Namespace, name string, args ...string) *weirDaemon {
+	t.Helper()
+	bin := weirBinary(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &weirDaemon{name: nodeName, out: &syncbuf.Buffer{}, done: make(chan struct{})}
+	d := &weirDaemon{name: name, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd := node.Command(ctx, bin, args...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "WEIR_") })
 	cmd.Stdout, cmd.Stderr = d.out, d.out
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		cancel()
-		t.Fatalf("start weir run on %s: %v", nodeName, err)
+		t.Fatalf("start weir run on %s: %v", name, err)
 	}
+	d.process = cmd.Process
 	go func() {
 		d.err = cmd.Wait()
 		close(d.done)
@@ -104,10 +130,28 @@ func startWeir(t *testing.T, cp *controlplane.ControlPlane, node *netns.Namespac
 		cancel()
 		<-d.done
 		if t.Failed() || testing.Verbose() {
-			t.Logf("weir run on %s:\n%s", nodeName, d.out)
+			t.Logf("weir run on %s:\n%s", name, d.out)
 		}
 	})
 	return d
+}
+
+// stop ends the daemon as the kubelet does, with SIGTERM, and fails the
+// test unless it exits cleanly within 10 s. Weir leaves its rules in
+// place.
+func (d *weirDaemon) stop(t *testing.T) {
+	t.Helper()
+	if err := d.process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM to weir run on %s: %v", d.name, err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("weir run on %s did not exit within 10s of SIGTERM:\n%s", d.name, d.out)
+	}
+	if d.err != nil {
+		t.Fatalf("weir run on %s after SIGTERM: %v\n%s", d.name, d.err, d.out)
+	}
 }
 
 // ownCopy copies the file at path into a file of its own named name, so
