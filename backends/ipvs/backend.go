@@ -240,15 +240,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kernel, err := readKernel(b.genl, ours)
-	if err != nil {
-		return err
-	}
-	var dels []op
-	for _, k := range slices.SortedFunc(maps.Keys(kernel), vsKey.compare) {
-		dels = append(dels, op{kind: opDelVS, key: k})
-	}
-	if err := applyBatch(b.genl, kernel, dels, b.now()); err != nil {
+	if err := b.deleteServers(ours); err != nil {
 		return err
 	}
 	if err := b.masq.cleanup(b.opts.NetNS); err != nil {
@@ -262,6 +254,20 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	err = b.removeKubeProxy()
 	b.reset()
 	return err
+}
+
+// deleteServers deletes every virtual server of the kernel that scope
+// holds, in one batch.
+func (b *Backend) deleteServers(scope func(vsKey) bool) error {
+	kernel, err := readKernel(b.genl, scope)
+	if err != nil {
+		return err
+	}
+	var dels []op
+	for _, k := range slices.SortedFunc(maps.Keys(kernel), vsKey.compare) {
+		dels = append(dels, op{kind: opDelVS, key: k})
+	}
+	return applyBatch(b.genl, kernel, dels, b.now())
 }
 
 // Close stops the graceful-termination loop and releases the sockets.

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -56,16 +54,7 @@ func (b *Backend) removeKubeProxy() error {
 	if err != nil {
 		return err
 	}
-	theirs := b.kubeProxyScope(addrSet(onLink), addrSet(local))
-	kernel, err := readKernel(b.genl, theirs)
-	if err != nil {
-		return err
-	}
-	var dels []op
-	for _, k := range slices.SortedFunc(maps.Keys(kernel), vsKey.compare) {
-		dels = append(dels, op{kind: opDelVS, key: k})
-	}
-	if err := applyBatch(b.genl, kernel, dels, b.now()); err != nil {
+	if err := b.deleteServers(b.kubeProxyScope(addrSet(onLink), addrSet(local))); err != nil {
 		return fmt.Errorf("ipvs: delete kube-proxy's virtual servers: %w", err)
 	}
 	var errs []error

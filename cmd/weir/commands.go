@@ -461,12 +461,18 @@ func succeeded(errs []error, mode string) bool {
 // cleanupTarget removes the rules of one mode, with one iptables flavour
 // when the mode has any, whatever env's mode is.
 func cleanupTarget(env *environment, mode, flavour string) error {
+	return cleanupMode(envFor(env, mode, flavour))
+}
+
+// envFor returns env with mode and, when not empty, the iptables flavour
+// in place of its own.
+func envFor(env *environment, mode, flavour string) *environment {
 	cfg := *env.cfg
 	cfg.Mode = mode
 	if flavour != "" {
 		cfg.IPTables.Backend = flavour
 	}
-	return cleanupMode(&environment{cfg: &cfg, log: env.log, flags: env.flags, stdout: env.stdout})
+	return &environment{cfg: &cfg, log: env.log, flags: env.flags, stdout: env.stdout}
 }
 
 // cleanupMode removes the rules of env's configured mode.

@@ -125,9 +125,7 @@ func runsAs(env *environment, be backends.Backend, mode, flavour string) bool {
 // removeKubeProxyOf removes kube-proxy's state of mode with a backend of
 // that mode made for it.
 func removeKubeProxyOf(ctx context.Context, env *environment, mode string) error {
-	cfg := *env.cfg
-	cfg.Mode = mode
-	be, err := newBackend(&environment{cfg: &cfg, log: env.log, flags: env.flags, stdout: env.stdout})
+	be, err := newBackend(envFor(env, mode, ""))
 	if err != nil {
 		return err
 	}

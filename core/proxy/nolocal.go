@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
@@ -36,7 +37,7 @@ func noLocalOf(s *plan.Service) noLocal {
 	var flags noLocal
 	for i, is4 := range []bool{true, false} {
 		inFamily := func(a netip.Addr) bool { return a.Is4() == is4 }
-		if !hasAddr(s.ClusterIPs, inFamily) {
+		if !slices.ContainsFunc(s.ClusterIPs, inFamily) {
 			continue
 		}
 		has, local := false, false
@@ -57,15 +58,6 @@ func noLocalOf(s *plan.Service) noLocal {
 		}
 	}
 	return flags
-}
-
-func hasAddr(addrs []netip.Addr, match func(netip.Addr) bool) bool {
-	for _, a := range addrs {
-		if match(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // noLocal returns the flags of the outcome's final services, aligned with
