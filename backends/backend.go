@@ -10,17 +10,33 @@ import (
 
 // Backend turns a plan into kernel state.
 type Backend interface {
-	// Sync makes the kernel match p. A nil changed asks for a full sync: the
-	// backend makes the kernel match the whole plan and repairs what it can
-	// detect was changed behind its back, but need not rewrite everything
-	// (the iptables backend rewrites at most hourly and reconciles between).
-	// Otherwise only the listed keys changed since the last successful Sync,
-	// and keys absent from p were deleted. A failed Sync leaves the
-	// previously committed rules serving.
-	Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error
+	// Sync makes the kernel match p, wholly or for the keys req lists (see
+	// SyncRequest). A failed Sync leaves the previously committed rules
+	// serving.
+	Sync(ctx context.Context, p *plan.Plan, req SyncRequest) error
 	// Cleanup removes everything the backend ever installed.
 	Cleanup(ctx context.Context) error
 }
+
+// SyncRequest says how much of a plan a Sync call must bring into the
+// kernel.
+type SyncRequest struct {
+	// Full asks for a full sync: the backend makes the kernel match the
+	// whole plan and repairs what it can detect was changed behind its
+	// back, but need not rewrite everything (the iptables backend rewrites
+	// at most hourly and reconciles between). Changed is ignored then.
+	Full bool
+	// Changed lists, for a partial sync, the keys that changed since the
+	// last successful Sync; a listed key absent from the plan was deleted.
+	// An empty list is a partial sync of nothing but the node's own state.
+	Changed []plan.Key
+}
+
+// FullSync returns the request for a full sync.
+func FullSync() SyncRequest { return SyncRequest{Full: true} }
+
+// PartialSync returns the request for a partial sync of the changed keys.
+func PartialSync(changed ...plan.Key) SyncRequest { return SyncRequest{Changed: changed} }
 
 // KubeProxyRemover is a backend that can remove what kube-proxy left in the
 // backend's mode while Weir's own rules keep serving: Weir's takeover from

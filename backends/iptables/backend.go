@@ -142,7 +142,7 @@ type syncStats struct {
 // an xtables lock timeout, which a retry in a moment handles better); a
 // failed rewrite leaves the next Sync to rewrite again. A sync that gave up
 // waiting for the xtables lock fails with an *xtables.LockError.
-func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) (err error) {
+func (b *Backend) Sync(ctx context.Context, p *plan.Plan, req backends.SyncRequest) (err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.startReport()
@@ -152,7 +152,7 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) (e
 	}
 	start := time.Now()
 	kind := "partial"
-	if changed == nil || !b.synced {
+	if req.Full || !b.synced {
 		kind = "rewrite"
 		if b.synced && time.Since(b.rewritten) < b.opts.rewritePeriod() {
 			kind = "reconcile"
@@ -162,7 +162,7 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) (e
 	b.takeBases()
 	switch kind {
 	case "partial":
-		st, err = b.partialSync(ctx, p, changed)
+		st, err = b.partialSync(ctx, p, req.Changed)
 	case "reconcile":
 		st, kind, err = b.reconcile(ctx, p)
 	}
@@ -187,7 +187,7 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) (e
 	}
 	b.restamp()
 	b.log.Debug("Synced iptables rules", "flavour", b.fl.name, "kind", kind, "services", len(p.Services),
-		"changed", len(changed), "restores", st.restores, "filterBytes", st.filter, "natBytes", st.nat,
+		"changed", len(req.Changed), "restores", st.restores, "filterBytes", st.filter, "natBytes", st.nat,
 		"duration", time.Since(start))
 	return nil
 }

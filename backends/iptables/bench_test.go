@@ -20,7 +20,7 @@ func benchLoaded(b, owner *testing.B, fl string, p *plan.Plan) *Backend {
 		b.Fatal(err)
 	}
 	owner.Cleanup(func() { be.Close() })
-	if err := be.Sync(context.Background(), p, nil); err != nil {
+	if err := be.Sync(context.Background(), p, backends.FullSync()); err != nil {
 		b.Fatal(err)
 	}
 	return be
@@ -47,7 +47,7 @@ func BenchmarkSync10k(b *testing.B) {
 						b.Fatal(err)
 					}
 					b.StartTimer()
-					if err := be.Sync(ctx, p, nil); err != nil {
+					if err := be.Sync(ctx, p, backends.FullSync()); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -66,7 +66,7 @@ func BenchmarkSync10k(b *testing.B) {
 				defer func() { be.opts.RewritePeriod = 0 }()
 				b.ResetTimer()
 				for range b.N {
-					if err := be.Sync(ctx, p, nil); err != nil {
+					if err := be.Sync(ctx, p, backends.FullSync()); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -81,7 +81,7 @@ func BenchmarkSync10k(b *testing.B) {
 					s := p.Services[key].Clone()
 					s.Endpoints[3].Address = netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)})
 					p.Services[key] = s
-					if err := be.Sync(ctx, p, []plan.Key{key}); err != nil {
+					if err := be.Sync(ctx, p, backends.PartialSync(key)); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -161,7 +161,7 @@ func BenchmarkRestart1k(b *testing.B) {
 				if be.Flavour() != fl {
 					b.Fatalf("auto chose %s over tables of %s", be.Flavour(), fl)
 				}
-				if err := be.Sync(context.Background(), p, nil); err != nil {
+				if err := be.Sync(context.Background(), p, backends.FullSync()); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -27,7 +27,7 @@ func TestKernelDropsInvalid(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { b.Close() })
-			ktSync(t, b, ktPlan(ktService("web", ktVIP, ktPodA)), nil)
+			ktSync(t, b, ktPlan(ktService("web", ktVIP, ktPodA)), backends.FullSync())
 			for range 3 {
 				sendSynFin(t, topo.Client, topo.ClientIP, netip.AddrPortFrom(ktPodA, ktPort))
 			}

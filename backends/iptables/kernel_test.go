@@ -85,9 +85,9 @@ func ktPlan(svcs ...*plan.Service) *plan.Plan {
 	return p
 }
 
-func ktSync(t *testing.T, b *Backend, p *plan.Plan, changed []plan.Key) {
+func ktSync(t *testing.T, b *Backend, p *plan.Plan, req backends.SyncRequest) {
 	t.Helper()
-	if err := b.Sync(context.Background(), p, changed); err != nil {
+	if err := b.Sync(context.Background(), p, req); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 }
@@ -141,13 +141,13 @@ func TestKernelFailedRestoreKeepsRules(t *testing.T) {
 		b := ktBackend(t, topo, fl)
 		web := ktService("web", ktVIP, ktPodA)
 		p := ktPlan(web)
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		addr := netip.AddrPortFrom(ktVIP, 80)
 		netns.WantPods(t, "before", netns.DialMany(t, topo.Client, addr, 5), "pod-a")
 
 		b.rewrite = injectBadRule
 		p.Services[web.Key] = ktService("web", ktVIP, ktPodB)
-		err := b.Sync(context.Background(), p, []plan.Key{web.Key})
+		err := b.Sync(context.Background(), p, backends.PartialSync(web.Key))
 		if err == nil {
 			t.Fatal("partial sync with a bad rule succeeded")
 		}
@@ -158,7 +158,7 @@ func TestKernelFailedRestoreKeepsRules(t *testing.T) {
 
 		other := ktService("other", ktVIP2, ktPodC)
 		p.Services[other.Key] = other
-		if err := b.Sync(context.Background(), p, nil); err == nil {
+		if err := b.Sync(context.Background(), p, backends.FullSync()); err == nil {
 			t.Fatal("full sync with a bad rule succeeded")
 		}
 		netns.WantPods(t, "after the failed full sync", netns.DialMany(t, topo.Client, addr, 5), "pod-a")
@@ -166,13 +166,13 @@ func TestKernelFailedRestoreKeepsRules(t *testing.T) {
 
 		b.rewrite = nil
 		// Only web is named as changed; other appearing proves the sync was full.
-		ktSync(t, b, p, []plan.Key{web.Key})
+		ktSync(t, b, p, backends.PartialSync(web.Key))
 		netns.WantPods(t, "after recovery", netns.DialMany(t, topo.Client, addr, 5), "pod-b")
 		netns.WantPods(t, "service added during the failures", netns.DialMany(t, topo.Client, netip.AddrPortFrom(ktVIP2, 80), 5), "pod-c")
 
 		// Back to partial syncs.
 		p.Services[web.Key] = ktService("web", ktVIP, ktPodA, ktPodB)
-		ktSync(t, b, p, []plan.Key{web.Key})
+		ktSync(t, b, p, backends.PartialSync(web.Key))
 		netns.WantPods(t, "partial sync after recovery", netns.DialMany(t, topo.Client, addr, 40), "pod-a", "pod-b")
 	})
 }
@@ -267,7 +267,7 @@ func TestKernelTakeoverAndCleanup(t *testing.T) {
 		web.ClusterIPs = append(web.ClusterIPs, ktVIP6)
 		web.Endpoints = append(web.Endpoints,
 			plan.Endpoint{Address: ktPodA6, Port: ktPort, Ready: true, Serving: true, ForCluster: true, Weight: 1})
-		ktSync(t, b, ktPlan(web), nil)
+		ktSync(t, b, ktPlan(web), backends.FullSync())
 
 		netns.WantPods(t, "after takeover", netns.DialMany(t, topo.Client, addr, 40), "pod-a", "pod-b")
 		netns.WantPods(t, "IPv6 after takeover", netns.DialMany(t, topo.Client, addr6, 5), "pod-a")
@@ -297,7 +297,7 @@ func TestKernelTakeoverAndCleanup(t *testing.T) {
 		}
 
 		// Weir can come back after its cleanup.
-		ktSync(t, b, ktPlan(web), nil)
+		ktSync(t, b, ktPlan(web), backends.FullSync())
 		netns.WantPods(t, "synced again after cleanup", netns.DialMany(t, topo.Client, addr, 40), "pod-a", "pod-b")
 	})
 }
@@ -357,7 +357,7 @@ func TestKernelLocalhostNodePort(t *testing.T) {
 		defer b.Close()
 		web := ktService("web", ktVIP, ktPodA, ktPodB)
 		web.NodePort = 30080
-		ktSync(t, b, ktPlan(web), nil)
+		ktSync(t, b, ktPlan(web), backends.FullSync())
 		answers := netns.DialMany(t, topo.Node, netip.MustParseAddrPort("127.0.0.1:30080"), 20)
 		netns.WantPods(t, "NodePort on 127.0.0.1 from the node", answers, "pod-a", "pod-b")
 		if src := answers[0].Source.Addr(); src.IsLoopback() {
@@ -380,14 +380,14 @@ func TestKernelOneChangeWritesOneService(t *testing.T) {
 			p.Services[s.Key] = s
 			keys = append(keys, s.Key)
 		}
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		var texts [][]byte
 		b.rewrite = func(f ipFamily, text []byte) []byte {
 			texts = append(texts, text)
 			return text
 		}
 		p.Services[keys[17]] = ktService("svc-17", netip.AddrFrom4([4]byte{10, 96, 1, 17}), ktPodA, ktPodC)
-		ktSync(t, b, p, []plan.Key{keys[17]})
+		ktSync(t, b, p, backends.PartialSync(keys[17]))
 		all := string(bytes.Join(texts, nil))
 		if strings.Contains(all, "10.96.1.18") || strings.Contains(all, "10.96.1.16") {
 			t.Errorf("the partial restore mentions a neighbour service:\n%s", all)
@@ -409,7 +409,7 @@ func TestKernelFullSyncRestoresJumps(t *testing.T) {
 		topo := ktTopology(t)
 		b := ktBackend(t, topo, fl)
 		p := ktPlan(ktService("web", ktVIP, ktPodA))
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		addr := netip.AddrPortFrom(ktVIP, 80)
 		netns.WantPods(t, "after the first sync", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
 		for _, f := range []ipFamily{ipv4, ipv6} {
@@ -426,7 +426,7 @@ func TestKernelFullSyncRestoresJumps(t *testing.T) {
 			"*filter\n"+`-D FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD`+"\nCOMMIT\n")
 		ktUnanswered(t, "without the PREROUTING jump", topo.Client, addr)
 
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		netns.WantPods(t, "after the full sync", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
 		nat, filter := ktSave(t, topo, b.fl, ipv4, tableNAT), ktSave(t, topo, b.fl, ipv4, tableFilter)
 		for _, j := range jumps {
@@ -471,17 +471,17 @@ func TestKernelNFTListsFirst(t *testing.T) {
 	}
 	b.fams[0].tools.restore = crashing
 	web := ktService("web", ktVIP, ktPodA)
-	ktSync(t, b, ktPlan(web), nil)
+	ktSync(t, b, ktPlan(web), backends.FullSync())
 	addr := netip.AddrPortFrom(ktVIP, 80)
 	netns.WantPods(t, "after a full sync retried without -S", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
 	web = ktService("web", ktVIP, ktPodB)
-	ktSync(t, b, ktPlan(web), []plan.Key{web.Key})
+	ktSync(t, b, ktPlan(web), backends.PartialSync(web.Key))
 	netns.WantPods(t, "after a partial sync", netns.DialMany(t, topo.Client, addr, 3), "pod-b")
-	ktSync(t, b, ktPlan(web), nil)
+	ktSync(t, b, ktPlan(web), backends.FullSync())
 	// New podCIDRs change every service's rules: a partial sync renders all.
 	p := ktPlan(web)
 	p.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}
-	ktSync(t, b, p, []plan.Key{})
+	ktSync(t, b, p, backends.PartialSync())
 	if !slices.Equal(listed, []bool{true, false, true, true}) {
 		t.Errorf("nat restores starting with -S: %v, want [true false true true] (renders of everything only)", listed)
 	}
@@ -505,13 +505,13 @@ func TestKernelReconcile(t *testing.T) {
 		}
 		web, api := ktService("web", ktVIP, ktPodA), ktService("api", ktVIP2, ktPodB)
 		p := ktPlan(web, api)
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		addr := netip.AddrPortFrom(ktVIP, 80)
 		netns.WantPods(t, "after the first sync", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
 		apiChains := chainsFor(servicePortName(api.Key), "tcp")
 
 		texts = nil
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		if len(texts) != 0 {
 			t.Errorf("a full sync of an unchanged plan ran restores:\n%s", strings.Join(texts, "\n"))
 		}
@@ -519,7 +519,7 @@ func TestKernelReconcile(t *testing.T) {
 		web = ktService("web", ktVIP, ktPodC)
 		p = ktPlan(web)
 		texts = nil
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		netns.WantPods(t, "after web changed and api left", netns.DialMany(t, topo.Client, addr, 3), "pod-c")
 		all := strings.Join(texts, "")
 		if strings.Contains(all, ":"+kubeServices+" ") || !strings.Contains(all, "-X "+apiChains.svc) {
@@ -532,7 +532,7 @@ func TestKernelReconcile(t *testing.T) {
 		ktRestore(t, topo, b.fl, ipv4, "*nat\n"+
 			`-D PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`+"\nCOMMIT\n")
 		texts = nil
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		if all := strings.Join(texts, ""); !strings.Contains(all, ":"+kubeServices+" ") {
 			t.Errorf("a full sync after a jump went missing did not rewrite everything:\n%s", all)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/test/netns"
 )
 
@@ -50,7 +51,7 @@ func TestKernelRemovesKubeProxyIPVSChains(t *testing.T) {
 		ktRestore(t, topo, tools, ipv4, kubeProxyIPVSState)
 		b := ktBackend(t, topo, fl)
 		p := ktPlan(ktService("web", ktVIP, ktPodA, ktPodB))
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		if err := b.RemoveKubeProxy(context.Background()); err != nil {
 			t.Fatalf("RemoveKubeProxy: %v", err)
 		}
@@ -66,7 +67,7 @@ func TestKernelRemovesKubeProxyIPVSChains(t *testing.T) {
 		if err := b.RemoveKubeProxy(context.Background()); err != nil {
 			t.Errorf("RemoveKubeProxy with nothing left: %v", err)
 		}
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		netns.WantPods(t, "after a full sync", netns.DialMany(t, topo.Client, addr, 40), "pod-a", "pod-b")
 
 		ktRestore(t, topo, tools, ipv4, kubeProxyIPVSState)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/backends/internal/xtables"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
@@ -32,9 +33,9 @@ func holdLock(t *testing.T, file string) (release func()) {
 }
 
 // timedSync runs one sync and returns its duration and error.
-func timedSync(b *Backend, p *plan.Plan, changed []plan.Key) (time.Duration, error) {
+func timedSync(b *Backend, p *plan.Plan, req backends.SyncRequest) (time.Duration, error) {
 	start := time.Now()
-	err := b.Sync(context.Background(), p, changed)
+	err := b.Sync(context.Background(), p, req)
 	return time.Since(start), err
 }
 
@@ -74,19 +75,19 @@ func TestKernelXtablesLock(t *testing.T) {
 		topo := ktTopology(t)
 		b := ktBackend(t, topo, flavourLegacy)
 		release := holdLock(t, file)
-		took, err := timedSync(b, ktPlan(web), nil)
+		took, err := timedSync(b, ktPlan(web), backends.FullSync())
 		wantLockError(t, "first sync", err, took, file)
 		release()
-		ktSync(t, b, ktPlan(web), nil)
+		ktSync(t, b, ktPlan(web), backends.FullSync())
 		netns.WantPods(t, "after the lock was released", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
 
 		release = holdLock(t, file)
 		moved := ktService("web", ktVIP, ktPodB)
-		took, err = timedSync(b, ktPlan(moved), []plan.Key{web.Key})
+		took, err = timedSync(b, ktPlan(moved), backends.PartialSync(web.Key))
 		wantLockError(t, "partial sync", err, took, file)
 		netns.WantPods(t, "while the lock is held", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
 		release()
-		ktSync(t, b, ktPlan(moved), []plan.Key{web.Key})
+		ktSync(t, b, ktPlan(moved), backends.PartialSync(web.Key))
 		netns.WantPods(t, "after the retry", netns.DialMany(t, topo.Client, addr, 3), "pod-b")
 	})
 	t.Run(flavourNFT, func(t *testing.T) {
@@ -94,7 +95,7 @@ func TestKernelXtablesLock(t *testing.T) {
 		b := ktBackend(t, topo, flavourNFT)
 		// Were the lock taken, the sync would fail after the bounded wait.
 		defer holdLock(t, file)()
-		if err := b.Sync(context.Background(), ktPlan(web), nil); err != nil {
+		if err := b.Sync(context.Background(), ktPlan(web), backends.FullSync()); err != nil {
 			t.Fatalf("iptables-nft sync with the lock held: %v, want success: iptables-nft takes no lock", err)
 		}
 		netns.WantPods(t, "iptables-nft with the lock held", netns.DialMany(t, topo.Client, addr, 3), "pod-a")

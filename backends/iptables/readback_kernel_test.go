@@ -94,13 +94,13 @@ func TestKernelReadBack(t *testing.T) {
 				b := ktBackend(t, topo, fl)
 				b.opts.RewritePeriod = time.Nanosecond // every full sync rewrites
 				p := readBackPlan()
-				ktSync(t, b, p, nil)
+				ktSync(t, b, p, backends.FullSync())
 				for _, d := range ktDivergences(t, b, p) {
 					t.Errorf("after the sync: %s", d)
 				}
 				c.tamper(hand{t, topo, b.fl})
 				wantDivergence(t, "after the tampering", ktDivergences(t, b, p), c.service, c.field, c.detail)
-				ktSync(t, b, p, nil)
+				ktSync(t, b, p, backends.FullSync())
 				for _, d := range ktDivergences(t, b, p) {
 					t.Errorf("after the rewrite: %s", d)
 				}
@@ -154,7 +154,7 @@ func TestKernelReadBackNodePortOptions(t *testing.T) {
 				}
 				p := readBackPlan()
 				p.Node.Addresses = []netip.Addr{topo.NodeIP, topo.NodeIP6}
-				ktSync(t, b, p, nil)
+				ktSync(t, b, p, backends.FullSync())
 				for _, d := range ktDivergences(t, b, p) {
 					t.Errorf("after the sync: %s", d)
 				}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -215,20 +216,20 @@ func TestKernelRepair(t *testing.T) {
 				b := ktBackend(t, topo, fl)
 				h := hand{t, topo, b.fl}
 				p := repairPlan()
-				ktSync(t, b, p, nil)
+				ktSync(t, b, p, backends.FullSync())
 				wantServing(t, topo, p, "before")
 
 				c.tamper(h)
-				ktSync(t, b, p, nil)
+				ktSync(t, b, p, backends.FullSync())
 				wantServing(t, topo, p, "periodic full sync after the tampering")
 
 				c.tamper(h)
 				repairChange(p, c.victim)
-				ktSync(t, b, p, []plan.Key{repairKey(c.victim)})
+				ktSync(t, b, p, backends.PartialSync(repairKey(c.victim)))
 				if c.partialRepairs {
 					wantServing(t, topo, p, "partial sync after the tampering")
 				}
-				ktSync(t, b, p, nil)
+				ktSync(t, b, p, backends.FullSync())
 				wantServing(t, topo, p, "periodic full sync after the partial one")
 
 				tamperDuringPartialSync(t, b, h, p, c.tamper)
@@ -254,12 +255,12 @@ func tamperDuringPartialSync(t *testing.T, b *Backend, h hand, p *plan.Plan, tam
 		}
 		return text
 	}
-	ktSync(t, b, p, []plan.Key{extra.Key})
+	ktSync(t, b, p, backends.PartialSync(extra.Key))
 	b.rewrite = nil
 	if !tampered {
 		t.Fatal("the partial sync ran no restore")
 	}
-	ktSync(t, b, p, nil)
+	ktSync(t, b, p, backends.FullSync())
 }
 
 // TestKernelForeignJumpToStaleChain has someone else's chain jump to the
@@ -273,7 +274,7 @@ func TestKernelForeignJumpToStaleChain(t *testing.T) {
 		topo := ktTopology(t)
 		b := ktBackend(t, topo, fl)
 		p := repairPlan()
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		name := servicePortName(repairKey("web"))
 		sepB := endpointChain(name, "tcp", netip.AddrPortFrom(ktPodB, ktPort))
 		ktRestore(t, topo, b.fl, ipv4, "*nat\n:FOREIGN - [0:0]\n-A FOREIGN -j "+sepB+"\nCOMMIT\n")
@@ -281,7 +282,7 @@ func TestKernelForeignJumpToStaleChain(t *testing.T) {
 		web := p.Services[repairKey("web")].Clone()
 		web.Endpoints = slices.DeleteFunc(web.Endpoints, func(e plan.Endpoint) bool { return e.Address == ktPodB })
 		p.Services[web.Key] = web
-		ktSync(t, b, p, []plan.Key{web.Key})
+		ktSync(t, b, p, backends.PartialSync(web.Key))
 		addr := netip.AddrPortFrom(ktVIP, 80)
 		netns.WantPods(t, "after pod-b left", netns.DialMany(t, topo.Client, addr, 12), "pod-a")
 		if nat := ktSave(t, topo, b.fl, ipv4, tableNAT); !strings.Contains(nat, "-A FOREIGN -j "+sepB) {
@@ -295,7 +296,7 @@ func TestKernelForeignJumpToStaleChain(t *testing.T) {
 			}
 			return text
 		}
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		if len(texts) != 0 {
 			t.Errorf("a periodic full sync after the stale chain stayed ran restores:\n%s", strings.Join(texts, "\n"))
 		}

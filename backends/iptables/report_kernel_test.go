@@ -25,12 +25,12 @@ func TestKernelReport(t *testing.T) {
 		web := dualStack("web", ktPodA, ktPodA6)
 		p := ktPlan(web, ktService("other", ktVIP2, ktPodC))
 		written := recordWrites(b)
-		ktSync(t, b, p, nil)
+		ktSync(t, b, p, backends.FullSync())
 		wantReport(t, topo, b, written, "the first sync")
 
 		b.rewrite = injectBadRule
 		p.Services[web.Key] = dualStack("web", ktPodB, ktPodB6)
-		if err := b.Sync(context.Background(), p, []plan.Key{web.Key}); err == nil {
+		if err := b.Sync(context.Background(), p, backends.PartialSync(web.Key)); err == nil {
 			t.Fatal("a sync with a bad rule succeeded")
 		}
 		r := b.Report()
@@ -40,13 +40,13 @@ func TestKernelReport(t *testing.T) {
 		}
 
 		written = recordWrites(b)
-		ktSync(t, b, p, []plan.Key{web.Key})
+		ktSync(t, b, p, backends.PartialSync(web.Key))
 		wantReport(t, topo, b, written, "the recovery")
 		netns.WantPods(t, "after the recovery", netns.DialMany(t, topo.Client, ktAddr(ktVIP), 5), "pod-b")
 
 		p.Services[web.Key] = dualStack("web", ktPodA, ktPodB, ktPodA6)
 		written = recordWrites(b)
-		ktSync(t, b, p, []plan.Key{web.Key})
+		ktSync(t, b, p, backends.PartialSync(web.Key))
 		wantReport(t, topo, b, written, "a partial sync")
 	})
 }

@@ -81,6 +81,7 @@ import (
 	"github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/backends/internal/xtables"
 	"github.com/weirproxy/weir/sdk/plan"
 )
@@ -203,18 +204,18 @@ func (b *Backend) reset() {
 // only that one's error; not when another process held the xtables lock,
 // which a rebuild would wait for again. After a failed Sync the next one
 // is full.
-func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
+func (b *Backend) Sync(ctx context.Context, p *plan.Plan, req backends.SyncRequest) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	full := changed == nil || !b.synced || b.nodeChanged(p)
+	full := req.Full || !b.synced || b.nodeChanged(p)
 	var err error
 	if full {
 		err = b.fullSync(ctx, p)
 	} else {
-		err = b.partialSync(ctx, p, changed)
+		err = b.partialSync(ctx, p, req.Changed)
 	}
 	var locked *xtables.LockError
 	if err != nil && ctx.Err() == nil && !errors.As(err, &locked) {

@@ -23,7 +23,7 @@ func benchLoaded(b, owner *testing.B, p *plan.Plan) *Backend {
 		b.Fatal(err)
 	}
 	owner.Cleanup(func() { be.Close() })
-	if err := be.Sync(context.Background(), p, nil); err != nil {
+	if err := be.Sync(context.Background(), p, backends.FullSync()); err != nil {
 		b.Fatal(err)
 	}
 	return be
@@ -48,7 +48,7 @@ func BenchmarkSync10k(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StartTimer()
-			err = be.Sync(ctx, p, nil)
+			err = be.Sync(ctx, p, backends.FullSync())
 			b.StopTimer()
 			be.Close()
 			if err != nil {
@@ -78,7 +78,7 @@ func BenchmarkSync10k(b *testing.B) {
 		be := loaded(b)
 		b.ResetTimer()
 		for range b.N {
-			if err := be.Sync(ctx, p, nil); err != nil {
+			if err := be.Sync(ctx, p, backends.FullSync()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -106,7 +106,7 @@ func BenchmarkSync10k(b *testing.B) {
 			s := p.Services[key].Clone()
 			s.Endpoints[3].Address = a
 			p.Services[key] = s
-			if err := be.Sync(ctx, p, []plan.Key{key}); err != nil {
+			if err := be.Sync(ctx, p, backends.PartialSync(key)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -57,9 +57,9 @@ func testPlan(svcs ...*plan.Service) *plan.Plan {
 	return p
 }
 
-func mustSync(t *testing.T, b *Backend, p *plan.Plan, changed []plan.Key) {
+func mustSync(t *testing.T, b *Backend, p *plan.Plan, req backends.SyncRequest) {
 	t.Helper()
-	if err := b.Sync(context.Background(), p, changed); err != nil {
+	if err := b.Sync(context.Background(), p, req); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 }

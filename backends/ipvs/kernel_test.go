@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -20,7 +21,7 @@ func TestKernelTCPAndUDPThroughClusterIPAndNodePort(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	web := service("web", plan.TCP, 80, 30080, []string{vip.String()}, podEP(podA, 1), podEP(podB, 1), podEP(podC, 1))
 	dns := service("dns", plan.UDP, 53, 30053, []string{vip.String()}, podEP(podA, 1), podEP(podB, 1), podEP(podC, 1))
-	mustSync(t, b, testPlan(web, dns), nil)
+	mustSync(t, b, testPlan(web, dns), backends.FullSync())
 
 	answers := netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), 30)
 	netns.WantPods(t, "TCP cluster IP from the client", answers, "pod-a", "pod-b", "pod-c")
@@ -75,7 +76,7 @@ func TestKernelEverySchedulerIsAccepted(t *testing.T) {
 		svc.Scheduler = plan.Scheduler(s)
 		p.Services[svc.Key] = svc
 	}
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	got := kernelServers(t, b)
 	for i, s := range append([]string{"wlc"}, Schedulers...) {
 		k := fmt.Sprintf("TCP 10.96.1.%d:80", i+1)
@@ -109,7 +110,7 @@ func TestKernelRoundRobinAndWeightedRoundRobin(t *testing.T) {
 	even := service("even", plan.TCP, 80, 0, []string{vip.String()}, podEP(podA, 1), podEP(podB, 1), podEP(podC, 1))
 	weighted := service("weighted", plan.TCP, 80, 0, []string{"10.96.0.11"}, podEP(podA, 300), podEP(podB, 100))
 	weighted.Scheduler = plan.SchedulerWeightedRoundRobin
-	mustSync(t, b, testPlan(even, weighted), nil)
+	mustSync(t, b, testPlan(even, weighted), backends.FullSync())
 
 	const n = 90
 	tally := netns.Tally(netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), n))
@@ -133,7 +134,7 @@ func TestKernelSourceHashAndAffinityKeepAClient(t *testing.T) {
 	hashed.Scheduler = plan.SchedulerSourceHash
 	sticky := service("sticky", plan.TCP, 80, 30081, []string{"10.96.0.11"}, podEP(podA, 1), podEP(podB, 1), podEP(podC, 1))
 	sticky.Affinity = &plan.Affinity{TimeoutSeconds: 600}
-	mustSync(t, b, testPlan(hashed, sticky), nil)
+	mustSync(t, b, testPlan(hashed, sticky), backends.FullSync())
 
 	for _, addr := range []netip.AddrPort{netip.AddrPortFrom(vip, 80), netip.MustParseAddrPort("10.96.0.11:80")} {
 		first := netns.DialMany(t, topo.Client, addr, 1)[0].Pod
@@ -151,7 +152,7 @@ func TestKernelGracefulTermination(t *testing.T) {
 	eps := []plan.Endpoint{ep(podA.String(), port, 1), ep(podB.String(), port, 1)}
 	hold := service("hold", plan.TCP, port, 0, []string{vip.String()}, eps...)
 	p := testPlan(hold)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	addr := netip.AddrPortFrom(vip, port)
 	key := "TCP " + addr.String()
 
@@ -165,7 +166,7 @@ func TestKernelGracefulTermination(t *testing.T) {
 		s := hold.Clone()
 		s.Endpoints = eps
 		p.Services[hold.Key] = s
-		mustSync(t, b, p, []plan.Key{hold.Key})
+		mustSync(t, b, p, backends.PartialSync(hold.Key))
 	}
 	setEndpoints(stays)
 	drained := newVirtualServer("rr", 0)
@@ -214,14 +215,14 @@ func TestKernelGracePeriodEndsDraining(t *testing.T) {
 	holdServer(t, topo, port, "pod-a")
 	hold := service("hold", plan.TCP, port, 0, []string{vip.String()}, ep(podA.String(), port, 1))
 	p := testPlan(hold)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	addr := netip.AddrPortFrom(vip, port)
 	conn := dialHold(t, topo.Client, addr)
 	conn.ask(t)
 	empty := hold.Clone()
 	empty.Endpoints = nil
 	p.Services[hold.Key] = empty
-	mustSync(t, b, p, []plan.Key{hold.Key})
+	mustSync(t, b, p, backends.PartialSync(hold.Key))
 	eventually(t, 10*time.Second, "a real server with an open connection is deleted after the grace period", func() bool {
 		return kernelServers(t, b)["TCP "+addr.String()] == "rr"
 	})
@@ -231,7 +232,7 @@ func TestKernelFullSyncRemovesStraysAndRepairsDrift(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	web := service("web", plan.TCP, 80, 30080, []string{vip.String()}, podEP(podA, 1), podEP(podB, 1))
 	p := testPlan(web)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 
 	strayOnLink := vsKey{addr: vip, proto: plan.TCP, port: 81}
 	strayNodePort := vsKey{addr: topo.NodeIP, proto: plan.UDP, port: 30999}
@@ -262,7 +263,7 @@ func TestKernelFullSyncRemovesStraysAndRepairsDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	got := kernelServers(t, b)
 	want := map[string]string{
 		"TCP 10.96.0.10:80":    "rr 10.244.0.11:8080 w1 10.244.0.12:8080 w1",
@@ -281,7 +282,7 @@ func TestKernelPartialSyncTouchesOnlyTheChangedService(t *testing.T) {
 	one := service("one", plan.TCP, 80, 0, []string{vip.String()}, podEP(podA, 1))
 	two := service("two", plan.TCP, 80, 0, []string{"10.96.0.11"}, podEP(podA, 1))
 	p := testPlan(one, two)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	// Drift on "two", behind the backend's back: a partial sync of "one"
 	// must neither read nor repair it.
 	addForeign(t, b, vsKey{addr: netip.MustParseAddr("10.96.0.11"), proto: plan.TCP, port: 81})
@@ -293,7 +294,7 @@ func TestKernelPartialSyncTouchesOnlyTheChangedService(t *testing.T) {
 	third := service("three", plan.UDP, 53, 0, []string{"10.96.0.12"}, podEP(podC, 1))
 	p.Services[one.Key] = changed
 	p.Services[third.Key] = third
-	mustSync(t, b, p, []plan.Key{one.Key, third.Key})
+	mustSync(t, b, p, backends.PartialSync(one.Key, third.Key))
 
 	after := kernelServers(t, b)
 	want := maps.Clone(before)
@@ -313,7 +314,7 @@ func TestKernelPartialSyncTouchesOnlyTheChangedService(t *testing.T) {
 	wantLinkAddrs(t, b, vip, netip.MustParseAddr("10.96.0.11"), netip.MustParseAddr("10.96.0.12"))
 
 	delete(p.Services, third.Key)
-	mustSync(t, b, p, []plan.Key{third.Key})
+	mustSync(t, b, p, backends.PartialSync(third.Key))
 	if _, ok := kernelServers(t, b)["UDP 10.96.0.12:53"]; ok {
 		t.Error("deleted service's virtual server is still there")
 	}
@@ -323,7 +324,7 @@ func TestKernelPartialSyncTouchesOnlyTheChangedService(t *testing.T) {
 func TestKernelSCTPIsAccepted(t *testing.T) {
 	_, b := newCluster(t, Options{})
 	sig := service("sig", plan.SCTP, 3868, 30868, []string{vip.String()}, podEP(podA, 1))
-	mustSync(t, b, testPlan(sig), nil)
+	mustSync(t, b, testPlan(sig), backends.FullSync())
 	got := kernelServers(t, b)
 	if got["SCTP 10.96.0.10:3868"] != "rr 10.244.0.11:8080 w1" || got["SCTP 172.30.0.1:30868"] == "" {
 		t.Errorf("SCTP service: kernel has %v", got)
@@ -334,7 +335,7 @@ func TestKernelCleanupRemovesEverything(t *testing.T) {
 	topo, b := newCluster(t, Options{StrictARP: true})
 	web := service("web", plan.TCP, 80, 30080, []string{vip.String()}, podEP(podA, 1))
 	web.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.0.2.10")}
-	mustSync(t, b, testPlan(web), nil)
+	mustSync(t, b, testPlan(web), backends.FullSync())
 	foreign := vsKey{addr: netip.MustParseAddr("10.200.0.1"), proto: plan.TCP, port: 80}
 	addForeign(t, b, foreign)
 
@@ -371,7 +372,7 @@ func TestKernelDualStack(t *testing.T) {
 	vip6 := netip.MustParseAddr("fd00:10:96::10")
 	web := service("web", plan.TCP, 80, 30080, []string{vip.String(), vip6.String()},
 		podEP(podA, 1), podEP(podB, 1), ep(pod6(0x11).String(), podPort, 1), ep(pod6(0x12).String(), podPort, 1))
-	mustSync(t, b, testPlan(web), nil)
+	mustSync(t, b, testPlan(web), backends.FullSync())
 
 	answers := netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip6, 80), 20)
 	netns.WantPods(t, "IPv6 cluster IP", answers, "pod-a", "pod-b")

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 	"golang.org/x/sys/unix"
@@ -25,7 +26,7 @@ import (
 func TestKernelRemovesKubeProxy(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	web := service("web", plan.TCP, 80, 30080, []string{vip.String()}, podEP(podA, 1))
-	mustSync(t, b, testPlan(web), nil)
+	mustSync(t, b, testPlan(web), backends.FullSync())
 	want := kernelServers(t, b)
 
 	stale := netip.MustParseAddr("10.96.0.50")

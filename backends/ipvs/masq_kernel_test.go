@@ -46,7 +46,7 @@ func TestKernelMasqueradeByClusterCIDRs(t *testing.T) {
 			opts := Options{Flavour: fl}
 			opts.ClusterCIDRs = []netip.Prefix{netns.DefaultPodCIDR}
 			topo, b := newCluster(t, opts)
-			mustSync(t, b, masqPlan(), nil)
+			mustSync(t, b, masqPlan(), backends.FullSync())
 			podANS := topo.Pods["pod-a"].NS
 			wantSource(t, "client → cluster IP", sourceSeen(t, topo.Client, netip.AddrPortFrom(vip, 80)), topo.NodeIP)
 			wantSource(t, "pod-a → cluster IP", sourceSeen(t, podANS, netip.AddrPortFrom(vip, 80)), podA)
@@ -64,13 +64,13 @@ func TestKernelMasqueradeAll(t *testing.T) {
 	opts := Options{}
 	opts.MasqueradeAll = true
 	topo, b := newCluster(t, opts)
-	mustSync(t, b, masqPlan(), nil)
+	mustSync(t, b, masqPlan(), backends.FullSync())
 	wantSource(t, "pod-a → cluster IP", sourceSeen(t, topo.Pods["pod-a"].NS, netip.AddrPortFrom(vip, 80)), topo.NodeIP)
 }
 
 func TestKernelNoDetectorKeepsClusterIPSources(t *testing.T) {
 	topo, b := newCluster(t, Options{})
-	mustSync(t, b, masqPlan(), nil)
+	mustSync(t, b, masqPlan(), backends.FullSync())
 	wantSource(t, "client → cluster IP", sourceSeen(t, topo.Client, netip.AddrPortFrom(vip, 80)), topo.ClientIP)
 	wantSource(t, "client → node port", sourceSeen(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30080)), topo.NodeIP)
 }
@@ -81,7 +81,7 @@ func TestKernelExternalTrafficPolicyLocalKeepsClientSource(t *testing.T) {
 	local.ExternalLocal = true
 	p := masqPlan()
 	p.Services[local.Key] = local
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	wantSource(t, "client → ETP Local node port", sourceSeen(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30081)), topo.ClientIP)
 	wantSource(t, "client → ETP Cluster node port", sourceSeen(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30080)), topo.NodeIP)
 }
@@ -90,16 +90,16 @@ func TestKernelExternalTrafficPolicyLocalKeepsClientSource(t *testing.T) {
 // and one turned ETP Local are masqueraded as their new state says.
 func TestKernelMasqueradePartialSync(t *testing.T) {
 	topo, b := newCluster(t, Options{Common: backends.Common{ClusterCIDRs: []netip.Prefix{netns.DefaultPodCIDR}}})
-	mustSync(t, b, testPlan(), nil)
+	mustSync(t, b, testPlan(), backends.FullSync())
 	p := masqPlan()
-	mustSync(t, b, p, p.Keys())
+	mustSync(t, b, p, backends.PartialSync(p.Keys()...))
 	wantSource(t, "client → cluster IP after a partial sync", sourceSeen(t, topo.Client, netip.AddrPortFrom(vip, 80)), topo.NodeIP)
 	wantSource(t, "client → node port after a partial sync", sourceSeen(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30080)), topo.NodeIP)
 
 	web := p.Services[service("web", plan.TCP, 0, 0, nil).Key]
 	web.ExternalLocal = true
 	web.Endpoints = []plan.Endpoint{localEP(podB.String(), podPort)}
-	mustSync(t, b, p, []plan.Key{web.Key})
+	mustSync(t, b, p, backends.PartialSync(web.Key))
 	wantSource(t, "client → node port turned ETP Local", sourceSeen(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30080)), topo.ClientIP)
 	b.mu.Lock()
 	res, err := b.nl.IpsetList(setExternalLocal)
@@ -113,8 +113,8 @@ func TestKernelMasqueradeCleanup(t *testing.T) {
 	for _, fl := range flavours {
 		t.Run(fl, func(t *testing.T) {
 			topo, b := newCluster(t, Options{Flavour: fl})
-			mustSync(t, b, masqPlan(), nil)
-			mustSync(t, b, masqPlan(), nil) // a second full sync adds no second jump
+			mustSync(t, b, masqPlan(), backends.FullSync())
+			mustSync(t, b, masqPlan(), backends.FullSync()) // a second full sync adds no second jump
 			if n := strings.Count(iptablesSave(t, topo, fl), "-j WEIR-IPVS-SERVICES"); n != 4 {
 				t.Errorf("after two full syncs: %d jumps to WEIR-IPVS-SERVICES, want 4 (PREROUTING and OUTPUT, both families)", n)
 			}

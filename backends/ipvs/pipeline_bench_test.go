@@ -42,7 +42,7 @@ func BenchmarkIPVSOps10k(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { be.Close() })
-			if err := be.Sync(context.Background(), benchkit.Plan(1, 1, 1), nil); err != nil {
+			if err := be.Sync(context.Background(), benchkit.Plan(1, 1, 1), backends.FullSync()); err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 	"golang.org/x/sys/unix"
 )
@@ -21,14 +22,14 @@ func TestKernelPipelineSettlesExistingAndGone(t *testing.T) {
 	_, b := newCluster(t, Options{})
 	one := service("one", plan.TCP, 80, 0, []string{vip.String()}, podEP(podA, 1))
 	p := testPlan(one)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 
 	three := service("three", plan.UDP, 53, 0, []string{"10.96.0.12"}, podEP(podA, 2), podEP(podC, 3))
 	three.Scheduler = plan.SchedulerWeightedRoundRobin
 	threeVS := vsKey{addr: netip.MustParseAddr("10.96.0.12"), proto: plan.UDP, port: 53}
 	addForeign(t, b, threeVS, netip.AddrPortFrom(podB, podPort), netip.AddrPortFrom(podC, podPort))
 	p.Services[three.Key] = three
-	mustSync(t, b, p, []plan.Key{three.Key})
+	mustSync(t, b, p, backends.PartialSync(three.Key))
 	// pod-b stays: a partial sync reads nothing back.
 	if got, want := kernelServers(t, b)[threeVS.String()], "wrr 10.244.0.11:8080 w2 10.244.0.12:8080 w1 10.244.0.13:8080 w3"; got != want {
 		t.Errorf("after adding what existed: kernel has %q, want %q", got, want)
@@ -41,7 +42,7 @@ func TestKernelPipelineSettlesExistingAndGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(p.Services, three.Key)
-	mustSync(t, b, p, []plan.Key{three.Key})
+	mustSync(t, b, p, backends.PartialSync(three.Key))
 	if _, ok := kernelServers(t, b)[threeVS.String()]; ok {
 		t.Error("deleted virtual server is back")
 	}

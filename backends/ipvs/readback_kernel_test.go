@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -28,7 +29,7 @@ func TestKernelReadBackNamesTampering(t *testing.T) {
 	remote.ExternalLocal = true
 	remote.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.0.2.31")}
 	f.p.Services[lb.Key], f.p.Services[remote.Key] = lb, remote
-	mustSync(t, f.b, f.p, nil)
+	mustSync(t, f.b, f.p, backends.FullSync())
 	if d := f.divergences(t); d != "" {
 		t.Fatalf("after the first sync the read-back diverges:\n%s", d)
 	}
@@ -69,7 +70,7 @@ func TestKernelReadBackNamesTampering(t *testing.T) {
 					t.Errorf("read back after the tampering:\n%s\nwant a line %q", got, w)
 				}
 			}
-			if err := f.b.Sync(context.Background(), f.p, nil); err != nil {
+			if err := f.b.Sync(context.Background(), f.p, backends.FullSync()); err != nil {
 				t.Fatalf("full sync: %v", err)
 			}
 			if d := f.divergences(t); d != "" {

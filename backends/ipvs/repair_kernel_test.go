@@ -46,7 +46,7 @@ func newRepairFixture(t *testing.T, fl string) *repairFixture {
 	web := service("web", plan.TCP, 80, 30080, []string{vip.String()}, podEP(podA, 1), podEP(podB, 1))
 	other := service("other", plan.UDP, 53, 0, []string{"10.96.0.11"}, podEP(podC, 1))
 	f := &repairFixture{topo: topo, b: b, p: testPlan(web, other), web: web, fl: fl}
-	mustSync(t, b, f.p, nil)
+	mustSync(t, b, f.p, backends.FullSync())
 	f.check(t, "before the damage", "pod-a", "pod-b")
 	return f
 }
@@ -232,7 +232,7 @@ func TestKernelRepairAfterFullSync(t *testing.T) {
 			f := newRepairFixture(t, FlavourNFT)
 			f.damaged(t, d)
 			f.addPodC()
-			if err := f.b.Sync(context.Background(), f.p, nil); err != nil {
+			if err := f.b.Sync(context.Background(), f.p, backends.FullSync()); err != nil {
 				t.Fatalf("full sync after the damage: %v", err)
 			}
 			f.check(t, "after a full sync", "pod-a", "pod-b", "pod-c")
@@ -249,13 +249,13 @@ func TestKernelRepairAfterPartialSync(t *testing.T) {
 			f := newRepairFixture(t, FlavourNFT)
 			f.damaged(t, d)
 			f.addPodC()
-			if err := f.b.Sync(context.Background(), f.p, []plan.Key{f.web.Key}); err != nil {
+			if err := f.b.Sync(context.Background(), f.p, backends.PartialSync(f.web.Key)); err != nil {
 				t.Fatalf("partial sync after the damage: %v", err)
 			}
 			if d.partialRepairs {
 				f.checkWeb(t, "after a partial sync", "pod-a", "pod-b", "pod-c")
 			}
-			mustSync(t, f.b, f.p, nil)
+			mustSync(t, f.b, f.p, backends.FullSync())
 			f.check(t, "after the next full sync", "pod-a", "pod-b", "pod-c")
 		})
 	}
@@ -272,7 +272,7 @@ func TestKernelRepairIPTablesLegacy(t *testing.T) {
 			f := newRepairFixture(t, FlavourLegacy)
 			f.damaged(t, d)
 			f.addPodC()
-			mustSync(t, f.b, f.p, nil)
+			mustSync(t, f.b, f.p, backends.FullSync())
 			f.check(t, "after a full sync", "pod-a", "pod-b", "pod-c")
 		})
 	}
@@ -286,7 +286,7 @@ func TestKernelXtablesLockHeld(t *testing.T) {
 	topo, b := newCluster(t, Options{Flavour: FlavourLegacy})
 	web := service("web", plan.TCP, 80, 0, []string{vip.String()}, podEP(podA, 1))
 	p := testPlan(web)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 
 	fd, err := unix.Open(xtables.LockFile(), unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -301,7 +301,7 @@ func TestKernelXtablesLockHeld(t *testing.T) {
 	safety := time.AfterFunc(40*time.Second, unlock)
 	defer safety.Stop()
 	start := time.Now()
-	err = b.Sync(context.Background(), p, nil)
+	err = b.Sync(context.Background(), p, backends.FullSync())
 	took := time.Since(start)
 	unlock()
 	var locked *xtables.LockError
@@ -312,6 +312,6 @@ func TestKernelXtablesLockHeld(t *testing.T) {
 		t.Errorf("sync with the lock held took %s, want under %s (two bounded waits, no rebuild)", took.Round(time.Millisecond), bound)
 	}
 	t.Logf("sync with the lock held failed after %s: %v", took.Round(time.Millisecond), err)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	netns.WantPods(t, "after the lock is released", netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), 3), "pod-a")
 }

@@ -122,7 +122,7 @@ func forceBuffers(c *netlink.Conn) error {
 }
 
 // Sync makes the kernel match p; see backends.Backend.
-func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) (err error) {
+func (b *Backend) Sync(ctx context.Context, p *plan.Plan, req backends.SyncRequest) (err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.failed = failures{}
@@ -131,7 +131,7 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) (e
 		return err
 	}
 	fromScratch := !b.tables[0].synced
-	err = b.sync(p, changed)
+	err = b.sync(p, req)
 	if err == nil || fromScratch {
 		return err
 	}
@@ -151,14 +151,14 @@ func (b *Backend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) (e
 // the tables as Weir's last commit left them (then only what changed is
 // written), or when the tables are not known to hold Weir's last commit; a
 // partial one otherwise.
-func (b *Backend) sync(p *plan.Plan, changed []plan.Key) error {
+func (b *Backend) sync(p *plan.Plan, req backends.SyncRequest) error {
 	switch {
-	case !b.tables[0].synced || (changed == nil && (!b.untouched() || time.Since(b.refilled) > refillEvery)):
+	case !b.tables[0].synced || (req.Full && (!b.untouched() || time.Since(b.refilled) > refillEvery)):
 		return b.fullSync(p)
-	case changed == nil:
-		changed = b.everyKey(p)
+	case req.Full:
+		return b.partialSync(p, b.everyKey(p))
 	}
-	return b.partialSync(p, changed)
+	return b.partialSync(p, req.Changed)
 }
 
 // everyKey returns the plan's keys and those of every service committed.

@@ -21,7 +21,7 @@ func benchmarkFullSync(b *testing.B, n int) {
 	b.ResetTimer()
 	for range b.N {
 		be.refilled = time.Time{} // refill as after another process's commit, or hourly
-		if err := be.Sync(context.Background(), p, nil); err != nil {
+		if err := be.Sync(context.Background(), p, backends.FullSync()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -40,7 +40,7 @@ func BenchmarkQuietFullSync10k(b *testing.B) {
 	be, p, _ := syncedScale(b)
 	b.ResetTimer()
 	for range b.N {
-		if err := be.Sync(context.Background(), p, nil); err != nil {
+		if err := be.Sync(context.Background(), p, backends.FullSync()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -55,7 +55,7 @@ func syncedScale(b *testing.B) (*Backend, *plan.Plan, plan.Key) {
 	}
 	b.Cleanup(func() { be.Close() })
 	p := benchkit.Plan(10000, 10, 1)
-	if err := be.Sync(context.Background(), p, nil); err != nil {
+	if err := be.Sync(context.Background(), p, backends.FullSync()); err != nil {
 		b.Fatal(err)
 	}
 	return be, p, plan.Key{Namespace: "bench", Name: "svc-5000", Port: "http", Protocol: plan.TCP}
@@ -70,7 +70,7 @@ func BenchmarkOneEndpointChange10k(b *testing.B) {
 		s := p.Services[key].Clone()
 		s.Endpoints[3].Address = netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)})
 		p.Services[key] = s
-		if err := be.Sync(ctx, p, []plan.Key{key}); err != nil {
+		if err := be.Sync(ctx, p, backends.PartialSync(key)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -89,7 +89,7 @@ func BenchmarkScaleDown10k(b *testing.B) {
 			s.Endpoints = s.Endpoints[:9]
 		}
 		p.Services[key] = s
-		if err := be.Sync(ctx, p, []plan.Key{key}); err != nil {
+		if err := be.Sync(ctx, p, backends.PartialSync(key)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -106,7 +106,7 @@ func benchmarkReadBack(b *testing.B, n int) {
 	defer be.Close()
 	p := benchkit.Plan(n, 10, 1)
 	ctx := context.Background()
-	if err := be.Sync(ctx, p, nil); err != nil {
+	if err := be.Sync(ctx, p, backends.FullSync()); err != nil {
 		b.Fatal(err)
 	}
 	want, owners := be.Expected(p)
@@ -146,7 +146,7 @@ func BenchmarkFullSyncSticky1k(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		be.refilled = time.Time{}
-		if err := be.Sync(context.Background(), p, nil); err != nil {
+		if err := be.Sync(context.Background(), p, backends.FullSync()); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -39,7 +40,7 @@ func TestKernelClusterIPsCheck(t *testing.T) {
 	other := svc("default", "other", "http", plan.TCP, "10.96.0.20", 80, 0, podEP(podB, 1))
 	p := testPlan(web, other)
 	p.ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 
 	namespaces := []*netns.Namespace{topo.Client, topo.Pods["pod-c"].NS, topo.Node}
 	for _, ns := range namespaces {
@@ -49,7 +50,7 @@ func TestKernelClusterIPsCheck(t *testing.T) {
 	}
 
 	delete(p.Services, other.Key)
-	mustSync(t, b, p, []plan.Key{other.Key})
+	mustSync(t, b, p, backends.PartialSync(other.Key))
 	wantDropped(t, "the address of a deleted service", topo.Node, netip.MustParseAddrPort("10.96.0.20:80"))
 	wantRefused(t, "after another service went", topo.Node, netip.AddrPortFrom(vip, 81))
 	wantNoDivergence(t, "read back", b, p)
@@ -60,7 +61,7 @@ func TestKernelClusterIPsCheck(t *testing.T) {
 		t.Errorf("the service CIDR is not in its set:\n%s", set)
 	}
 	p.ServiceCIDRs = nil
-	mustSync(t, b, p, []plan.Key{})
+	mustSync(t, b, p, backends.PartialSync())
 	if set := nftOutput(t, b, "list", "set", "ip", "weir", setServiceCIDRs); strings.Contains(set, "10.96.0.0/16") {
 		t.Errorf("service CIDRs taken away in a sync of their own are still in the set:\n%s", set)
 	}

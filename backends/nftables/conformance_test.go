@@ -38,9 +38,9 @@ type serialized struct {
 	t *testing.T
 }
 
-func (s serialized) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
+func (s serialized) Sync(ctx context.Context, p *plan.Plan, req backends.SyncRequest) error {
 	setIDs.Lock()
-	err := s.Backend.Sync(ctx, p, changed)
+	err := s.Backend.Sync(ctx, p, req)
 	setIDs.Unlock()
 	if err == nil {
 		nftLists(s.t, s.Backend)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -17,7 +18,7 @@ func TestKernelQuietFullSync(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080, podEP(podA, 1), podEP(podB, 1))
 	p := testPlan(web)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	gen := func() uint32 {
 		t.Helper()
 		g, err := b.generation()
@@ -27,7 +28,7 @@ func TestKernelQuietFullSync(t *testing.T) {
 		return g
 	}
 	before := gen()
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	if after := gen(); after != before {
 		t.Fatalf("a full sync with nothing changed committed (generation %d -> %d)", before, after)
 	}
@@ -35,7 +36,7 @@ func TestKernelQuietFullSync(t *testing.T) {
 	moved := web.Clone()
 	moved.Endpoints = []plan.Endpoint{podEP(podC, 1)}
 	p.Services[web.Key] = moved
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	if after := gen(); after != before+1 {
 		t.Errorf("a full sync of one changed service committed %d times, want once", after-before)
 	}
@@ -45,7 +46,7 @@ func TestKernelQuietFullSync(t *testing.T) {
 	// Another process's change anywhere: the next full sync refills, which
 	// repairs what it did to Weir's table.
 	runNft(t, topo.Node, "delete element ip weir service-ips { 10.96.0.10 . tcp . 80 }", "add table ip unrelated")
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	netns.WantPods(t, "after a foreign change", netns.DialMany(t, topo.Client, addr, 10), "pod-c")
 
 	// Another process's change, then a partial sync of Weir's own: the
@@ -54,15 +55,15 @@ func TestKernelQuietFullSync(t *testing.T) {
 	runNft(t, topo.Node, "delete element ip weir service-ips { 10.96.0.10 . tcp . 80 }")
 	other := svc("default", "other", "http", plan.TCP, "10.96.0.11", 80, 0, podEP(podA, 1))
 	p.Services[other.Key] = other
-	mustSync(t, b, p, []plan.Key{other.Key})
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.PartialSync(other.Key))
+	mustSync(t, b, p, backends.FullSync())
 	netns.WantPods(t, "after a foreign change and a partial sync", netns.DialMany(t, topo.Client, addr, 10), "pod-c")
 
 	// An hour after the last refill, a full sync refills even when the
 	// generation vouches for the tables.
 	before = gen()
 	b.refilled = time.Now().Add(-2 * refillEvery)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	if after := gen(); after != before+1 {
 		t.Errorf("the hourly refill committed %d times, want once", after-before)
 	}

@@ -47,9 +47,9 @@ func newCluster(t *testing.T, opts Options) (*netns.Topology, *Backend) {
 
 func podEP(a netip.Addr, weight uint32) plan.Endpoint { return ep(a.String(), podPort, weight) }
 
-func mustSync(t *testing.T, b *Backend, p *plan.Plan, changed []plan.Key) {
+func mustSync(t *testing.T, b *Backend, p *plan.Plan, req backends.SyncRequest) {
 	t.Helper()
-	if err := b.Sync(context.Background(), p, changed); err != nil {
+	if err := b.Sync(context.Background(), p, req); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 	nftLists(t, b)
@@ -60,7 +60,7 @@ var vip = netip.MustParseAddr("10.96.0.10")
 func TestKernelClusterIPAndNodePort(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080, podEP(podA, 1), podEP(podB, 1), podEP(podC, 1))
-	mustSync(t, b, testPlan(web), nil)
+	mustSync(t, b, testPlan(web), backends.FullSync())
 
 	clusterIP := netip.AddrPortFrom(vip, 80)
 	answers := netns.DialMany(t, topo.Client, clusterIP, 60)
@@ -84,7 +84,7 @@ func TestKernelHairpin(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	// pod-a is the only endpoint, so pod-a → VIP → pod-a.
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1))
-	mustSync(t, b, testPlan(web), nil)
+	mustSync(t, b, testPlan(web), backends.FullSync())
 	for _, a := range netns.DialMany(t, topo.Pods["pod-a"].NS, netip.AddrPortFrom(vip, 80), 5) {
 		if a.Pod != "pod-a" || a.Source.Addr() != topo.NodeIP {
 			t.Fatalf("hairpin: got %s, want pod-a answering a masqueraded source %s", a, topo.NodeIP)
@@ -95,7 +95,7 @@ func TestKernelHairpin(t *testing.T) {
 func TestKernelMasqueradeByClusterCIDRs(t *testing.T) {
 	topo, b := newCluster(t, Options{Common: backends.Common{ClusterCIDRs: []netip.Prefix{topo0PodCIDR}}})
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podB, 1))
-	mustSync(t, b, testPlan(web), nil)
+	mustSync(t, b, testPlan(web), backends.FullSync())
 	addr := netip.AddrPortFrom(vip, 80)
 	if a := netns.DialMany(t, topo.Client, addr, 1)[0]; a.Source.Addr() != topo.NodeIP {
 		t.Errorf("from outside clusterCIDRs: pod saw %s, want masqueraded to %s", a.Source, topo.NodeIP)
@@ -110,7 +110,7 @@ var topo0PodCIDR = netip.MustParsePrefix("10.244.0.0/16")
 func TestKernelNoEndpointsIsRefusedAtOnce(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	empty := svc("default", "empty", "http", plan.TCP, vip.String(), 80, 30081)
-	mustSync(t, b, testPlan(empty), nil)
+	mustSync(t, b, testPlan(empty), backends.FullSync())
 	for _, addr := range []netip.AddrPort{netip.AddrPortFrom(vip, 80), netip.AddrPortFrom(topo.NodeIP, 30081)} {
 		for _, ns := range []*netns.Namespace{topo.Client, topo.Node, topo.Pods["pod-a"].NS} {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -130,24 +130,24 @@ func TestKernelRemovedEndpointGetsNoTraffic(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1), podEP(podB, 1), podEP(podC, 1))
 	p := testPlan(web)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	addr := netip.AddrPortFrom(vip, 80)
 	netns.WantPods(t, "before", netns.DialMany(t, topo.Client, addr, 60), "pod-a", "pod-b", "pod-c")
 
 	smaller := web.Clone()
 	smaller.Endpoints = []plan.Endpoint{podEP(podA, 1), podEP(podC, 1)}
 	p.Services[web.Key] = smaller
-	mustSync(t, b, p, []plan.Key{web.Key})
+	mustSync(t, b, p, backends.PartialSync(web.Key))
 	netns.WantPods(t, "after removing pod-b", netns.DialMany(t, topo.Client, addr, 60), "pod-a", "pod-c")
 
 	swapped := web.Clone()
 	swapped.Endpoints = []plan.Endpoint{podEP(podA, 1), podEP(podB, 1)}
 	p.Services[web.Key] = swapped
-	mustSync(t, b, p, []plan.Key{web.Key})
+	mustSync(t, b, p, backends.PartialSync(web.Key))
 	netns.WantPods(t, "after swapping pod-c for pod-b", netns.DialMany(t, topo.Client, addr, 60), "pod-a", "pod-b")
 
 	delete(p.Services, web.Key)
-	mustSync(t, b, p, []plan.Key{web.Key})
+	mustSync(t, b, p, backends.PartialSync(web.Key))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if a, err := topo.Client.DialTCP(ctx, addr); err == nil {
@@ -158,7 +158,7 @@ func TestKernelRemovedEndpointGetsNoTraffic(t *testing.T) {
 func TestKernelWeights(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 3), podEP(podB, 1))
-	mustSync(t, b, testPlan(web), nil)
+	mustSync(t, b, testPlan(web), backends.FullSync())
 	const n = 400
 	tally := netns.Tally(netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), n))
 	// 3:1 over 400 draws: pod-a expects 300 with a standard deviation of ~8.7;
@@ -175,7 +175,7 @@ func TestKernelFailedCommitRebuilds(t *testing.T) {
 	topo, b := newCluster(t, Options{Common: backends.Common{Log: slog.New(slog.NewTextHandler(logs, nil))}})
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1))
 	p := testPlan(web)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 
 	// Make the backend believe it committed a service the kernel never saw:
 	// deleting it sends element deletions the kernel rejects, failing the
@@ -188,7 +188,7 @@ func TestKernelFailedCommitRebuilds(t *testing.T) {
 	moved := web.Clone()
 	moved.Endpoints = []plan.Endpoint{podEP(podB, 1)}
 	p.Services[web.Key] = moved
-	mustSync(t, b, p, []plan.Key{ghost.Key, web.Key})
+	mustSync(t, b, p, backends.PartialSync(ghost.Key, web.Key))
 	if !strings.Contains(logs.String(), rebuildLogged) {
 		t.Errorf("the failed partial commit was not followed by a logged rebuild; log:\n%s", logs)
 	}
@@ -207,14 +207,14 @@ func TestKernelFailedRebuildKeepsRules(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080, podEP(podA, 1))
 	p := testPlan(web)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 
 	clash := svc("default", "clash", "http", plan.TCP, "10.96.0.11", 80, 30080, podEP(podB, 1))
 	p.Services[clash.Key] = clash
 	moved := web.Clone()
 	moved.Endpoints = []plan.Endpoint{podEP(podC, 1)}
 	p.Services[web.Key] = moved
-	err := b.Sync(context.Background(), p, []plan.Key{clash.Key, web.Key})
+	err := b.Sync(context.Background(), p, backends.PartialSync(clash.Key, web.Key))
 	if err == nil || !strings.Contains(err.Error(), "rebuilding the tables from scratch failed too") {
 		t.Fatalf("sync of a plan the kernel refuses: got %v, want the commit and the rebuild to fail", err)
 	}
@@ -225,7 +225,7 @@ func TestKernelFailedRebuildKeepsRules(t *testing.T) {
 	}
 
 	delete(p.Services, clash.Key)
-	mustSync(t, b, p, []plan.Key{clash.Key})
+	mustSync(t, b, p, backends.PartialSync(clash.Key))
 	netns.WantPods(t, "after the plan is fixed", netns.DialMany(t, topo.Client, addr, 10), "pod-c")
 	netns.WantPods(t, "its node port", netns.DialMany(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30080), 5), "pod-c")
 }
@@ -243,14 +243,14 @@ func TestKernelOneChangeTouchesOneService(t *testing.T) {
 		p.Services[s.Key] = s
 		keys = append(keys, s.Key)
 	}
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 
 	events := watchElements(t, topo)
 	changedKey := keys[17]
 	changed := p.Services[changedKey].Clone()
 	changed.Endpoints[1] = podEP(podC, 1)
 	p.Services[changedKey] = changed
-	mustSync(t, b, p, []plan.Key{changedKey})
+	mustSync(t, b, p, backends.PartialSync(changedKey))
 
 	st := b.tables[0].state.services[changedKey]
 	entries := [][]byte{ipKey(st.ips[0], st.proto, st.port), portKey(st.proto, st.nodePort)}
@@ -295,7 +295,7 @@ func TestKernelExternalTrafficPolicyLocal(t *testing.T) {
 	local.ExternalLocal = true
 	nowhere := svc("default", "nowhere", "http", plan.TCP, "10.96.0.11", 80, 30091, policyEP(podB, true, false))
 	nowhere.ExternalLocal = true
-	mustSync(t, b, testPlan(local, nowhere), nil)
+	mustSync(t, b, testPlan(local, nowhere), backends.FullSync())
 
 	answers := netns.DialMany(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30090), 30)
 	netns.WantPods(t, "NodePort with externalTrafficPolicy Local", answers, "pod-a")
@@ -317,7 +317,7 @@ func TestKernelInternalTrafficPolicyLocal(t *testing.T) {
 	local.InternalLocal = true
 	nowhere := svc("default", "nowhere", "http", plan.TCP, "10.96.0.11", 80, 0, policyEP(podB, false, false))
 	nowhere.InternalLocal = true
-	mustSync(t, b, testPlan(local, nowhere), nil)
+	mustSync(t, b, testPlan(local, nowhere), backends.FullSync())
 
 	netns.WantPods(t, "internalTrafficPolicy Local", netns.DialMany(t, topo.Pods["pod-c"].NS, netip.AddrPortFrom(vip, 80), 30), "pod-a")
 	wantDropped(t, "internalTrafficPolicy Local without local endpoints", topo.Pods["pod-c"].NS, netip.AddrPortFrom(netip.MustParseAddr("10.96.0.11"), 80))
@@ -329,7 +329,7 @@ func TestKernelExternalAndLoadBalancerIPs(t *testing.T) {
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1), podEP(podB, 1))
 	web.ExternalIPs = []netip.Addr{extIP}
 	web.LoadBalancerIPs = []netip.Addr{lbIP}
-	mustSync(t, b, testPlan(web), nil)
+	mustSync(t, b, testPlan(web), backends.FullSync())
 	for _, ip := range []netip.Addr{extIP, lbIP} {
 		answers := netns.DialMany(t, topo.Client, netip.AddrPortFrom(ip, 80), 40)
 		netns.WantPods(t, ip.String(), answers, "pod-a", "pod-b")
@@ -343,7 +343,7 @@ func TestKernelExternalAndLoadBalancerIPs(t *testing.T) {
 	local.ExternalLocal = true
 	local.Endpoints = []plan.Endpoint{policyEP(podA, true, true), policyEP(podB, true, false)}
 	p := testPlan(local)
-	mustSync(t, b, p, []plan.Key{web.Key})
+	mustSync(t, b, p, backends.PartialSync(web.Key))
 	answers := netns.DialMany(t, topo.Client, netip.AddrPortFrom(lbIP, 80), 20)
 	netns.WantPods(t, "load-balancer IP, Local policy", answers, "pod-a")
 	if src := answers[0].Source.Addr(); src != topo.ClientIP {
@@ -357,7 +357,7 @@ func TestKernelSessionAffinity(t *testing.T) {
 	sticky.Affinity = &plan.Affinity{TimeoutSeconds: 600}
 	other := svc("default", "other", "http", plan.TCP, "10.96.0.11", 80, 0, podEP(podA, 1))
 	p := testPlan(sticky, other)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 
 	addr := netip.AddrPortFrom(vip, 80)
 	first := netns.DialMany(t, topo.Client, addr, 1)[0].Pod
@@ -367,9 +367,9 @@ func TestKernelSessionAffinity(t *testing.T) {
 	changed := other.Clone()
 	changed.Endpoints = []plan.Endpoint{podEP(podB, 1)}
 	p.Services[other.Key] = changed
-	mustSync(t, b, p, []plan.Key{other.Key})
+	mustSync(t, b, p, backends.PartialSync(other.Key))
 	netns.WantPods(t, "after an unrelated partial sync", netns.DialMany(t, topo.Client, addr, 10), first)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	netns.WantPods(t, "after a periodic full sync", netns.DialMany(t, topo.Client, addr, 10), first)
 	netns.WantPods(t, "the NodePort shares the affinity", netns.DialMany(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30095), 10), first)
 
@@ -381,7 +381,7 @@ func TestKernelSessionAffinity(t *testing.T) {
 		cur := p.Services[sticky.Key].Clone()
 		cur.Endpoints = slices.DeleteFunc(cur.Endpoints, func(e plan.Endpoint) bool { return e.Address == pods[pod] })
 		p.Services[sticky.Key] = cur
-		mustSync(t, b, p, []plan.Key{sticky.Key})
+		mustSync(t, b, p, backends.PartialSync(sticky.Key))
 	}
 	for pod := range pods {
 		if pod != first {
@@ -405,7 +405,7 @@ func TestKernelLoadBalancerSourceRanges(t *testing.T) {
 	shop.LoadBalancerIPs = []netip.Addr{lbIP}
 	shop.SourceRanges = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}
 	p := testPlan(shop)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	lb := netip.AddrPortFrom(lbIP, 443)
 	netns.WantPods(t, "load-balancer IP from an allowed range", netns.DialMany(t, topo.Pods["pod-a"].NS, lb, 3), "pod-b")
 	wantDropped(t, "load-balancer IP from outside the ranges", topo.Client, lb)
@@ -414,7 +414,7 @@ func TestKernelLoadBalancerSourceRanges(t *testing.T) {
 	open := shop.Clone()
 	open.SourceRanges = append(open.SourceRanges, netip.MustParsePrefix("172.30.0.0/24"))
 	p.Services[shop.Key] = open
-	mustSync(t, b, p, []plan.Key{shop.Key})
+	mustSync(t, b, p, backends.PartialSync(shop.Key))
 	netns.WantPods(t, "after allowing the client's range", netns.DialMany(t, topo.Client, lb, 3), "pod-b")
 }
 
@@ -431,7 +431,7 @@ func TestKernelLocalDetectors(t *testing.T) {
 			defer b.Close()
 			p := testPlan(svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podB, 1)))
 			p.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}
-			mustSync(t, b, p, nil)
+			mustSync(t, b, p, backends.FullSync())
 			addr := netip.AddrPortFrom(vip, 80)
 			if a := netns.DialMany(t, topo.Client, addr, 1)[0]; a.Source.Addr() != topo.NodeIP {
 				t.Errorf("from the client: pod saw %s, want masqueraded to %s", a.Source, topo.NodeIP)
@@ -451,7 +451,7 @@ func TestKernelLocalhostNodePort(t *testing.T) {
 	}
 	defer b.Close()
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080, podEP(podA, 1), podEP(podB, 1))
-	mustSync(t, b, testPlan(web), nil)
+	mustSync(t, b, testPlan(web), backends.FullSync())
 	answers := netns.DialMany(t, topo.Node, netip.MustParseAddrPort("127.0.0.1:30080"), 20)
 	netns.WantPods(t, "NodePort on 127.0.0.1 from the node", answers, "pod-a", "pod-b")
 	if src := answers[0].Source.Addr(); src.IsLoopback() {
@@ -467,7 +467,7 @@ func TestKernelNodePortPrimaryAddresses(t *testing.T) {
 	}
 	defer b.Close()
 	p := testPlan(svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080, podEP(podA, 1)))
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	addr := netip.AddrPortFrom(topo.NodeIP, 30080)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -475,7 +475,7 @@ func TestKernelNodePortPrimaryAddresses(t *testing.T) {
 		t.Errorf("before the node lists %s: %s answered; want no NodePort on an address the Node does not list", topo.NodeIP, a.Pod)
 	}
 	p.Node.Addresses = []netip.Addr{topo.NodeIP}
-	mustSync(t, b, p, []plan.Key{})
+	mustSync(t, b, p, backends.PartialSync())
 	netns.WantPods(t, "NodePort on the node's primary address", netns.DialMany(t, topo.Client, addr, 3), "pod-a")
 }
 
@@ -486,7 +486,7 @@ func TestKernelSCTPRulesAccepted(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	sig := svc("default", "sig", "sctp", plan.SCTP, vip.String(), 3868, 30868, podEP(podA, 1))
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podB, 1))
-	mustSync(t, b, testPlan(sig, web), nil)
+	mustSync(t, b, testPlan(sig, web), backends.FullSync())
 	netns.WantPods(t, "TCP beside SCTP on one cluster IP", netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 80), 3), "pod-b")
 }
 
@@ -507,7 +507,7 @@ func TestKernelDualStack(t *testing.T) {
 	web.ClusterIPs = append(web.ClusterIPs, vip6)
 	only6 := svc("default", "only6", "http", plan.TCP, "fd00:10:96::11", 80, 0, ep(pod6(0x12).String(), podPort, 1))
 	empty6 := svc("default", "empty6", "http", plan.TCP, "fd00:10:96::12", 80, 0)
-	mustSync(t, b, testPlan(web, only6, empty6), nil)
+	mustSync(t, b, testPlan(web, only6, empty6), backends.FullSync())
 
 	answers := netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip6, 80), 40)
 	netns.WantPods(t, "IPv6 cluster IP from the client", answers, "pod-a", "pod-b")
@@ -544,7 +544,7 @@ func TestKernelNoEndpointsOnlyOnNodePortAddresses(t *testing.T) {
 	}
 	defer b.Close()
 	listenOnNode(t, topo, 30081)
-	mustSync(t, b, testPlan(svc("default", "empty", "http", plan.TCP, vip.String(), 80, 30081)), nil)
+	mustSync(t, b, testPlan(svc("default", "empty", "http", plan.TCP, vip.String(), 80, 30081)), backends.FullSync())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -601,7 +601,7 @@ func TestKernelOverlappingRanges(t *testing.T) {
 	shop.LoadBalancerIPs = []netip.Addr{lbIP}
 	shop.SourceRanges = []netip.Prefix{wide, inner, netip.MustParsePrefix("172.30.0.2/32"), wide}
 	p := testPlan(shop)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	netns.WantPods(t, "load-balancer IP from an allowed range", netns.DialMany(t, topo.Client, netip.AddrPortFrom(lbIP, 443), 3), "pod-b")
 	netns.WantPods(t, "node port", netns.DialMany(t, topo.Client, netip.AddrPortFrom(topo.NodeIP, 30443), 3), "pod-b")
 	wantNoDivergence(t, "read back", b, p)
@@ -609,7 +609,7 @@ func TestKernelOverlappingRanges(t *testing.T) {
 	narrower := shop.Clone()
 	narrower.SourceRanges = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("10.1.0.0/16")}
 	p.Services[shop.Key] = narrower
-	mustSync(t, b, p, []plan.Key{shop.Key})
+	mustSync(t, b, p, backends.PartialSync(shop.Key))
 	wantDropped(t, "load-balancer IP after its ranges left the client out", topo.Client, netip.AddrPortFrom(lbIP, 443))
 	wantNoDivergence(t, "read back after the partial sync", b, p)
 }

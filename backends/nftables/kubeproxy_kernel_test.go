@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/internal/nsenter"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
@@ -33,12 +34,12 @@ func TestKernelRemovesKubeProxyTables(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 0, podEP(podA, 1))
 	p := testPlan(web)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	addr := netip.AddrPortFrom(vip, 80)
 	nftInput(t, b, kubeProxyLeftovers)
 	netns.WantPods(t, "with kube-proxy's table", netns.DialMany(t, topo.Client, addr, 3), "pod-b")
 
-	mustSync(t, b, p, nil) // a refill: the stamp trusts the kernel again
+	mustSync(t, b, p, backends.FullSync()) // a refill: the stamp trusts the kernel again
 	if err := b.RemoveKubeProxy(context.Background()); err != nil {
 		t.Fatalf("RemoveKubeProxy: %v", err)
 	}

@@ -84,7 +84,7 @@ func TestKernelNftPrints(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { b.Close() })
-			mustSync(t, b, c.plan, nil)
+			mustSync(t, b, c.plan, backends.FullSync())
 			listing := nftOutput(t, b, "list", "ruleset")
 			if _, err := os.Stat("testdata"); err != nil {
 				// The binary runs without its sources, as in the VM; the

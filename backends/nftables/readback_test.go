@@ -104,7 +104,7 @@ func TestKernelReadBackMatchesPlan(t *testing.T) {
 		t.Run(o.name, func(t *testing.T) {
 			_, b := readBackBackend(t, Options{Common: o.opts})
 			p := variedPlan()
-			mustSync(t, b, p, nil)
+			mustSync(t, b, p, backends.FullSync())
 			if want, _ := b.Expected(p); len(want.Destinations) < 20 {
 				t.Fatalf("the varied plan expects only %d destinations", len(want.Destinations))
 			}
@@ -112,10 +112,10 @@ func TestKernelReadBackMatchesPlan(t *testing.T) {
 
 			for _, step := range partialSteps {
 				keys := step.change(p)
-				mustSync(t, b, p, keys)
+				mustSync(t, b, p, backends.PartialSync(keys...))
 				wantNoDivergence(t, "after "+step.name, b, p)
 			}
-			mustSync(t, b, p, nil)
+			mustSync(t, b, p, backends.FullSync())
 			wantNoDivergence(t, "after a periodic full sync", b, p)
 		})
 	}
@@ -173,7 +173,7 @@ func edit(p *plan.Plan, name string, change func(*plan.Service)) []plan.Key {
 func TestKernelReadBackSeesTheKernel(t *testing.T) {
 	_, b := readBackBackend(t, Options{})
 	committed := variedPlan()
-	mustSync(t, b, committed, nil)
+	mustSync(t, b, committed, backends.FullSync())
 	other := variedPlan()
 	edit(other, "web", func(s *plan.Service) { s.Endpoints[1].Weight = 1 })
 	edit(other, "sticky", func(s *plan.Service) { s.Affinity.TimeoutSeconds = 300 })
@@ -238,7 +238,7 @@ func TestKernelReadBackNamesTampering(t *testing.T) {
 		t.Run(tm.name, func(t *testing.T) {
 			topo, b := newCluster(t, Options{})
 			p, _ := tamperPlan()
-			mustSync(t, b, p, nil)
+			mustSync(t, b, p, backends.FullSync())
 			wantNoDivergence(t, "before tampering", b, p)
 			runNft(t, topo.Node, tm.nft...)
 			if tm.plant != nil {
@@ -257,7 +257,7 @@ func TestKernelReadBackNamesTampering(t *testing.T) {
 					t.Errorf("no anomaly %q; got:\n%s", want.text, formatDivergences(divs))
 				}
 			}
-			mustSync(t, b, p, nil)
+			mustSync(t, b, p, backends.FullSync())
 			wantNoDivergence(t, "after the repairing full sync", b, p)
 		})
 	}
@@ -268,7 +268,7 @@ func TestKernelReadBackNamesTampering(t *testing.T) {
 func TestKernelReadBackNamesForeignObjects(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	p, _ := tamperPlan()
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	runNft(t, topo.Node,
 		"add set ip weir visitors { type ipv4_addr; }",
 		"add rule ip weir services ip daddr 10.96.0.99 drop",
@@ -299,7 +299,7 @@ func TestKernelReadBackNamesForeignObjects(t *testing.T) {
 func TestKernelReadBackMissingBuckets(t *testing.T) {
 	topo, b := newCluster(t, Options{})
 	p, web := tamperPlan()
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	entry := ipKey(vip, web.Key.Protocol, web.Port)
 	conn, err := nftables.New(nftables.WithNetNSFd(topo.Node.Fd()))
 	if err != nil {

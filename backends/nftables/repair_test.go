@@ -141,7 +141,7 @@ func testRepair(t *testing.T, tm tampering, full bool) {
 	logs := &syncbuf.Buffer{}
 	topo, b := newCluster(t, Options{Common: backends.Common{Log: slog.New(slog.NewTextHandler(logs, nil))}})
 	p, web := tamperPlan()
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	webIP, nodePort := netip.AddrPortFrom(vip, 80), netip.AddrPortFrom(topo.NodeIP, 30080)
 	stickyIP := netip.MustParseAddrPort("10.96.0.11:80")
 	netns.WantPods(t, "web before tampering", netns.DialMany(t, topo.Client, webIP, 30), "pod-a", "pod-b", "pod-c")
@@ -153,14 +153,14 @@ func testRepair(t *testing.T, tm tampering, full bool) {
 	}
 
 	want := []string{"pod-a", "pod-b", "pod-c"}
-	changed := []plan.Key(nil)
+	req := backends.FullSync()
 	if !full {
 		smaller := web.Clone()
 		smaller.Endpoints = smaller.Endpoints[:2]
 		p.Services[web.Key] = smaller
-		changed, want = []plan.Key{web.Key}, want[:2]
+		req, want = backends.PartialSync(web.Key), want[:2]
 	}
-	if err := b.Sync(context.Background(), p, changed); err != nil {
+	if err := b.Sync(context.Background(), p, req); err != nil {
 		t.Fatalf("sync after tampering (%s): %v", tm.name, err)
 	}
 	nftLists(t, b)
@@ -180,6 +180,6 @@ func testRepair(t *testing.T, tm tampering, full bool) {
 	again := p.Services[web.Key].Clone()
 	again.Endpoints = []plan.Endpoint{podEP(podC, 1)}
 	p.Services[web.Key] = again
-	mustSync(t, b, p, []plan.Key{web.Key})
+	mustSync(t, b, p, backends.PartialSync(web.Key))
 	netns.WantPods(t, "web after one more partial sync", netns.DialMany(t, topo.Client, webIP, 5), "pod-c")
 }

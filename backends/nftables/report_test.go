@@ -21,21 +21,21 @@ func TestKernelReportsFailedCommits(t *testing.T) {
 	dual.ClusterIPs = append(dual.ClusterIPs, netip.MustParseAddr("fd00:10:96::10"))
 	web := svc("default", "web", "http", plan.TCP, "10.96.0.11", 80, 0, podEP(podB, 1))
 	p := testPlan(dual, web)
-	mustSync(t, b, p, nil)
+	mustSync(t, b, p, backends.FullSync())
 	wantFailures(t, b, "the first sync", [2][2]int{})
 
 	deleteTables(t, topo.Node.Fd(), nftables.TableFamilyIPv4, nftables.TableFamilyIPv6)
 	p.Services[dual.Key] = withEndpoints(dual, podEP(podB, 1), ep("fd00:10:244::12", podPort, 1))
-	mustSync(t, b, p, []plan.Key{dual.Key})
+	mustSync(t, b, p, backends.PartialSync(dual.Key))
 	wantFailures(t, b, "a partial sync of a dual-stack service after both tables went", [2][2]int{{1, 1}, {1, 1}})
 
 	deleteTables(t, topo.Node.Fd(), nftables.TableFamilyIPv4)
 	p.Services[web.Key] = withEndpoints(web, podEP(podC, 1))
-	mustSync(t, b, p, []plan.Key{web.Key})
+	mustSync(t, b, p, backends.PartialSync(web.Key))
 	wantFailures(t, b, "a partial sync of an IPv4 service after its table went", [2][2]int{{1, 1}, {0, 0}})
 
 	p.Services[web.Key] = withEndpoints(web, podEP(podA, 1))
-	mustSync(t, b, p, []plan.Key{web.Key})
+	mustSync(t, b, p, backends.PartialSync(web.Key))
 	wantFailures(t, b, "a partial sync that succeeds", [2][2]int{})
 }
 

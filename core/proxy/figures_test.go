@@ -25,12 +25,12 @@ type reportingBackend struct {
 	last    backends.Report
 }
 
-func (b *reportingBackend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
+func (b *reportingBackend) Sync(ctx context.Context, p *plan.Plan, req backends.SyncRequest) error {
 	b.last = backends.Report{}
 	if len(b.reports) > 0 {
 		b.last, b.reports = b.reports[0], b.reports[1:]
 	}
-	return b.fakeBackend.Sync(ctx, p, changed)
+	return b.fakeBackend.Sync(ctx, p, req)
 }
 
 func (b *reportingBackend) Report() backends.Report { return b.last }

@@ -26,14 +26,15 @@ const wait = 10 * time.Second
 
 // syncCall is one call to the fake backend's Sync.
 type syncCall struct {
-	// changed is what the proxy passed: nil for a full sync.
+	// full and changed are the request the proxy passed.
+	isFull  bool
 	changed []plan.Key
 	// plan is a copy of the plan as it was during the call.
 	plan *plan.Plan
 	err  error
 }
 
-func (c syncCall) full() bool { return c.changed == nil }
+func (c syncCall) full() bool { return c.isFull }
 
 // fakeBackend records every Sync and can be told to fail the next one.
 type fakeBackend struct {
@@ -51,11 +52,10 @@ func newFakeBackend() *fakeBackend {
 	return &fakeBackend{each: make(chan syncCall, 100)}
 }
 
-func (b *fakeBackend) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
+func (b *fakeBackend) Sync(ctx context.Context, p *plan.Plan, req backends.SyncRequest) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	// slices.Clone keeps nil nil and an empty list empty.
-	c := syncCall{changed: slices.Clone(changed), plan: p.Clone(), err: b.failNext}
+	c := syncCall{isFull: req.Full, changed: slices.Clone(req.Changed), plan: p.Clone(), err: b.failNext}
 	b.failNext = nil
 	b.calls = append(b.calls, c)
 	b.each <- c

@@ -307,19 +307,14 @@ func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) erro
 		p.foldNoLocal(out.keys, noLocal)
 		return nil
 	}
-	keys := out.changed
-	if full {
-		keys = nil
-	} else if keys == nil {
-		keys = []plan.Key{} // partial, not full: nothing but the node changed
-	}
-	err := p.opts.Backend.Sync(ctx, p.final, keys)
+	req := backends.SyncRequest{Full: full, Changed: out.changed}
+	err := p.opts.Backend.Sync(ctx, p.final, req)
 	p.reportBackend()
 	if err != nil {
 		undo()
 		p.resync = true
 		p.log.Error("Failed to execute sync; retrying with a full sync", "error", err, "full", full,
-			"services", keyList(keys))
+			"services", keyList(req))
 		return err
 	}
 	p.resync = false
@@ -342,10 +337,11 @@ func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) erro
 
 // keyList names up to ten of the keys a failed sync carried, so the log
 // points at the services to look at; "all" for a full sync.
-func keyList(keys []plan.Key) string {
-	if keys == nil {
+func keyList(req backends.SyncRequest) string {
+	if req.Full {
 		return "all"
 	}
+	keys := req.Changed
 	var b strings.Builder
 	for i, k := range keys {
 		if i == 10 {

@@ -85,8 +85,8 @@ func TestFirstSyncIsFull(t *testing.T) {
 		t.Fatalf("backend called %d times, want once", n)
 	}
 	call := be.last(t)
-	if call.changed != nil {
-		t.Errorf("full sync passed changed=%v, want nil", call.changed)
+	if !call.full() {
+		t.Errorf("full sync passed a partial request with changed=%v", call.changed)
 	}
 	if got := call.plan.String(); got != clusterPlan {
 		t.Errorf("backend got plan:\n%s\nwant:\n%s", got, clusterPlan)
@@ -490,7 +490,7 @@ func TestSyncAfterFailureIsFull(t *testing.T) {
 		t.Fatalf("backend called %d times, want 3 (full, failed partial, retry)", n)
 	}
 	if call := be.last(t); !call.full() {
-		t.Errorf("retry after a failure passed changed=%v, want nil (full)", call.changed)
+		t.Errorf("retry after a failure passed changed=%v, want a full sync", call.changed)
 	}
 	// Once it succeeded, partial syncs are partial again.
 	p.Handler().OnEndpointSlice(c.webEPs, withAddrs(c.webEPs, "10.244.0.14"))

@@ -28,8 +28,8 @@ type readBackChecked struct {
 }
 
 // Sync syncs, then reads back and compares.
-func (c readBackChecked) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
-	if err := c.ReadingBackend.Sync(ctx, p, changed); err != nil {
+func (c readBackChecked) Sync(ctx context.Context, p *plan.Plan, req backends.SyncRequest) error {
+	if err := c.ReadingBackend.Sync(ctx, p, req); err != nil {
 		return err
 	}
 	got, err := c.ReadBack(ctx)
@@ -43,7 +43,7 @@ func (c readBackChecked) Sync(ctx context.Context, p *plan.Plan, changed []plan.
 		for i, x := range d {
 			lines[i] = x.String()
 		}
-		c.t.Errorf("after a sync (full %v) the kernel read back diverges from the plan:\n%s", changed == nil, strings.Join(lines, "\n"))
+		c.t.Errorf("after a sync (full %v) the kernel read back diverges from the plan:\n%s", req.Full, strings.Join(lines, "\n"))
 	}
 	return nil
 }

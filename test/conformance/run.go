@@ -249,7 +249,7 @@ func (r *rowRun) sync(t *testing.T, what string, full bool) {
 			t.Fatalf("%s: the proxy did not call the backend", what)
 		}
 		t.Logf("%s: nothing changed in the plan; the backend was not called", what)
-	case !full && calls[len(calls)-1] == nil:
+	case !full && calls[len(calls)-1].Full:
 		t.Errorf("%s: the proxy sent a full sync; the step wanted a partial one", what)
 	}
 }
@@ -275,26 +275,26 @@ func (r *rowRun) cleanup(t *testing.T, row Row) {
 }
 
 // recorder passes syncs to the backend under test and remembers, for each,
-// the changed keys it carried (nil for a full sync).
+// the request it carried.
 type recorder struct {
 	backends.Backend
-	mu      sync.Mutex
-	changed [][]plan.Key
+	mu   sync.Mutex
+	reqs []backends.SyncRequest
 }
 
 // Sync records the call and forwards it.
-func (r *recorder) Sync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
+func (r *recorder) Sync(ctx context.Context, p *plan.Plan, req backends.SyncRequest) error {
 	r.mu.Lock()
-	r.changed = append(r.changed, slices.Clone(changed))
+	r.reqs = append(r.reqs, backends.SyncRequest{Full: req.Full, Changed: slices.Clone(req.Changed)})
 	r.mu.Unlock()
-	return r.Backend.Sync(ctx, p, changed)
+	return r.Backend.Sync(ctx, p, req)
 }
 
-// calls returns the changed keys of every call so far.
-func (r *recorder) calls() [][]plan.Key {
+// calls returns the request of every call so far.
+func (r *recorder) calls() []backends.SyncRequest {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.changed)
+	return slices.Clone(r.reqs)
 }
 
 // warnings collects the proxy's warnings, which for a row's hand-written
