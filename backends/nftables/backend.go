@@ -16,18 +16,13 @@ package nftables
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/mdlayher/netlink"
 	"github.com/weirproxy/weir/backends"
-	"github.com/weirproxy/weir/internal/sysctl"
 	"github.com/weirproxy/weir/sdk/plan"
-	"golang.org/x/sys/unix"
 )
 
 // refillEvery bounds the time between two full syncs that write every
@@ -36,9 +31,6 @@ import (
 // outlive it.
 const refillEvery = time.Hour
 
-// socketBuffer is the netlink socket buffer size forced for large batches.
-const socketBuffer = 64 << 20
-
 // Options configures the backend.
 type Options struct {
 	backends.Common
@@ -46,12 +38,17 @@ type Options struct {
 	Table string
 }
 
+var (
+	_ backends.Backend          = (*Backend)(nil)
+	_ backends.KubeProxyRemover = (*Backend)(nil)
+)
+
 // Backend is the nftables backend: one table per IP family, both changed in
 // one transaction. It is safe for one caller at a time.
 type Backend struct {
 	mu sync.Mutex
-	// conn is nil after a failed commit, until the next use reopens it.
-	conn   *nftables.Conn
+	// kernel takes the commits: nf_tables over netlink (kernel.go).
+	kernel kernel
 	tables []*table // IPv4, then IPv6
 	gen    genStamp
 	// refilled is when the last full sync wrote every object.
@@ -66,59 +63,29 @@ type Backend struct {
 
 // New returns a backend that programs the network namespace in opts.
 func New(opts Options) (*Backend, error) {
-	if opts.Table == "" {
-		opts.Table = "weir"
-	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
-	}
-	conn, err := openConn(opts.NetNS)
+	opts = opts.withDefaults()
+	k, err := newNetlinkKernel(opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{conn: conn, tables: newTables(opts), opts: opts, log: opts.Log}, nil
+	return newBackend(opts, k), nil
 }
 
-// openConn opens a lasting netlink socket in the network namespace netNS (0:
-// the caller's own) with buffers large enough for 10k services.
-func openConn(netNS int) (*nftables.Conn, error) {
-	connOpts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(forceBuffers)}
-	if netNS != 0 {
-		connOpts = append(connOpts, nftables.WithNetNSFd(netNS))
-	}
-	conn, err := nftables.New(connOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("nftables: open netlink socket: %w", err)
-	}
-	return conn, nil
+// newBackend returns a backend that sends its commits to k.
+func newBackend(opts Options, k kernel) *Backend {
+	opts = opts.withDefaults()
+	return &Backend{kernel: k, tables: newTables(opts), opts: opts, log: opts.Log}
 }
 
-// connection returns the netlink socket, reopening it after a failure.
-func (b *Backend) connection() (*nftables.Conn, error) {
-	if b.conn == nil {
-		conn, err := openConn(b.opts.NetNS)
-		if err != nil {
-			return nil, err
-		}
-		b.conn = conn
+// withDefaults fills in the table name and the logger.
+func (o Options) withDefaults() Options {
+	if o.Table == "" {
+		o.Table = "weir"
 	}
-	return b.conn, nil
-}
-
-// forceBuffers raises the netlink socket buffers past the system limits, as
-// the nft tool does, so that a 10k-service batch fits.
-func forceBuffers(c *netlink.Conn) error {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return err
+	if o.Log == nil {
+		o.Log = slog.Default()
 	}
-	var serr error
-	err = raw.Control(func(fd uintptr) {
-		serr = errors.Join(
-			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuffer),
-			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, socketBuffer))
-	})
-	return errors.Join(err, serr)
+	return o
 }
 
 // Sync makes the kernel match p; see backends.Backend.
@@ -176,7 +143,7 @@ func (b *Backend) everyKey(p *plan.Plan) []plan.Key {
 
 func (b *Backend) fullSync(p *plan.Plan) error {
 	if !b.tables[0].synced && b.opts.LocalhostNodePorts {
-		if err := sysctl.Set(b.opts.NetNS, "net/ipv4/conf/all/route_localnet", "1"); err != nil {
+		if err := b.kernel.routeLocalnet(); err != nil {
 			b.log.Warn("Cannot enable route_localnet; NodePorts on 127.0.0.1 will not work", "error", err)
 		}
 	}
@@ -221,12 +188,11 @@ func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
 // commit sends the tables' transactions as one netlink batch, which the
 // kernel applies atomically: both families change together or not at all.
 // After a failure the tables are no longer known to hold Weir's last
-// commit, so the next sync starts from scratch, on a fresh socket: the old
-// one may still hold queued messages, a sticky error or unread replies.
-// full says the transactions write every object (see restamp).
+// commit, so the next sync starts from scratch. full says the transactions
+// write every object (see restamp).
 func (b *Backend) commit(full bool, txns ...*txn) error {
 	before, gerr := b.generation()
-	err := b.send(txns)
+	err := b.kernel.commit(txns)
 	if err == nil {
 		b.restamp(before, gerr == nil, full)
 	} else {
@@ -235,28 +201,8 @@ func (b *Backend) commit(full bool, txns ...*txn) error {
 		for _, tb := range b.tables {
 			tb.synced = false
 		}
-		if b.conn != nil {
-			b.conn.CloseLasting()
-			b.conn = nil
-		}
 	}
 	return err
-}
-
-func (b *Backend) send(txns []*txn) error {
-	conn, err := b.connection()
-	if err != nil {
-		return err
-	}
-	for _, t := range txns {
-		if err := t.apply(conn); err != nil {
-			return fmt.Errorf("nftables: build transaction: %w", err)
-		}
-	}
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("nftables: commit transaction to tables ip/ip6 %s: %w", b.opts.Table, err)
-	}
-	return nil
 }
 
 // Cleanup removes Weir's tables and kube-proxy's (ip and ip6 kube-proxy),
@@ -281,11 +227,6 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.closeGeneration()
-	if b.conn == nil {
-		return nil
-	}
-	err := b.conn.CloseLasting()
-	b.conn = nil
-	return err
+	b.gen.valid = false
+	return b.kernel.close()
 }

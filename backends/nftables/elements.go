@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 
@@ -89,5 +90,18 @@ func lastAddr(p netip.Prefix) netip.Addr {
 		a[i/8] |= 0x80 >> (i % 8)
 	}
 	out, _ := netip.AddrFromSlice(a)
+	return out
+}
+
+func u32BE(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+
+func concat(parts ...[]byte) []byte {
+	var out []byte
+	for _, p := range parts {
+		out = append(out, p...)
+		for len(out)%4 != 0 {
+			out = append(out, 0)
+		}
+	}
 	return out
 }

@@ -70,43 +70,9 @@ func (f *family) loadSaddr(reg uint32) expr.Any {
 	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.saddrOff, Len: f.addrLen}
 }
 
-// ipKeyExprs loads "daddr . meta l4proto . th dport" starting at regKey.
-func (f *family) ipKeyExprs() []expr.Any {
-	w := f.addrWords()
-	return []expr.Any{f.loadDaddr(regKey), loadL4Proto(regKey + w), loadDport(regKey + w + 1)}
-}
-
 // dnat rewrites the destination to the address in reg and port in regLast.
 func (f *family) dnat(reg uint32) expr.Any {
 	return &expr.NAT{Type: expr.NATTypeDestNAT, Family: f.nfproto, RegAddrMin: reg, RegProtoMin: regLast, Specified: true}
-}
-
-// addrInLoopback matches when the address load puts in regScratch is (in)
-// or is not (!in) a loopback address.
-func (f *family) addrInLoopback(load expr.Any, in bool) []expr.Any {
-	op := expr.CmpOpNeq
-	if in {
-		op = expr.CmpOpEq
-	}
-	mask := make([]byte, f.addrLen)
-	for i := range f.loopback.Bits() {
-		mask[i/8] |= 0x80 >> (i % 8)
-	}
-	return []expr.Any{
-		load,
-		&expr.Bitwise{SourceRegister: regScratch, DestRegister: regScratch, Len: f.addrLen,
-			Mask: mask, Xor: make([]byte, f.addrLen)},
-		&expr.Cmp{Op: op, Register: regScratch, Data: f.loopback.Addr().AsSlice()},
-	}
-}
-
-// daddrNotLoopback matches destinations outside the loopback range.
-func (f *family) daddrNotLoopback() []expr.Any {
-	return f.addrInLoopback(f.loadDaddr(regScratch), false)
-}
-
-func (f *family) rejectPortUnreachable() expr.Any {
-	return &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: f.portUnreachable}
 }
 
 // Set types of the family.

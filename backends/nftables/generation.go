@@ -1,10 +1,5 @@
 package nftables
 
-import (
-	"github.com/mdlayher/netlink"
-	"golang.org/x/sys/unix"
-)
-
 // The ruleset generation. nf_tables numbers the committed transactions of a
 // network namespace, anyone's, in one counter. Weir keeps the generation
 // its own commit produced when nothing else committed around it (the
@@ -18,25 +13,16 @@ import (
 
 // genStamp is the generation after Weir's last commit, when trusted.
 type genStamp struct {
-	// conn asks for the generation; nil until first needed or after an
-	// error.
-	conn  *netlink.Conn
 	value uint32
 	valid bool
 }
 
-// generation returns the namespace's ruleset generation.
+// generation returns the namespace's ruleset generation. When it cannot
+// be read, the stamp is no longer trusted.
 func (b *Backend) generation() (uint32, error) {
-	if b.gen.conn == nil {
-		c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: b.opts.NetNS})
-		if err != nil {
-			return 0, err
-		}
-		b.gen.conn = c
-	}
-	g, err := generation(b.gen.conn)
+	g, err := b.kernel.generation()
 	if err != nil {
-		b.closeGeneration()
+		b.gen.valid = false
 	}
 	return g, err
 }
@@ -61,12 +47,4 @@ func (b *Backend) restamp(before uint32, beforeOK, full bool) {
 	known := full || (b.gen.valid && before == b.gen.value)
 	b.gen.value = after
 	b.gen.valid = beforeOK && err == nil && after == before+1 && known
-}
-
-func (b *Backend) closeGeneration() {
-	if b.gen.conn != nil {
-		_ = b.gen.conn.Close()
-		b.gen.conn = nil
-	}
-	b.gen.valid = false
 }

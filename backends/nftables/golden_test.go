@@ -1,34 +1,20 @@
 package nftables
 
 import (
-	"flag"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/weirproxy/weir/backends"
+	goldenfile "github.com/weirproxy/weir/internal/golden"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files")
-
+// golden compares got with testdata/name; go test -update rewrites it.
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from the golden file; got:\n%s", name, got)
-	}
+	goldenfile.Compare(t, filepath.Join("testdata", name), got)
 }
 
 func ep(addr string, port uint16, weight uint32) plan.Endpoint {

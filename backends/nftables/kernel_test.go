@@ -21,21 +21,15 @@ import (
 // Kernel tests: a real node namespace programmed by the backend, pods that
 // answer with their name, and real connections.
 
-var (
-	podA = netip.MustParseAddr("10.244.0.11")
-	podB = netip.MustParseAddr("10.244.0.12")
-	podC = netip.MustParseAddr("10.244.0.13")
-)
+// The pods of netns.ThreePods, the topology every kernel test here uses.
+var podA, podB, podC = netns.PodA, netns.PodB, netns.PodC
 
-const podPort = 8080
+const podPort = netns.PodPort
 
+// newCluster builds the three pods' topology and a backend in its node.
 func newCluster(t *testing.T, opts Options) (*netns.Topology, *Backend) {
 	t.Helper()
-	topo := netns.NewT(t, netns.Options{Pods: []netns.PodSpec{
-		{Name: "pod-a", IP: podA, Ports: []uint16{podPort}},
-		{Name: "pod-b", IP: podB, Ports: []uint16{podPort}},
-		{Name: "pod-c", IP: podC, Ports: []uint16{podPort}},
-	}})
+	topo := netns.NewThreePods(t)
 	opts.NetNS = topo.Node.Fd()
 	b, err := New(opts)
 	if err != nil {
@@ -491,11 +485,7 @@ func TestKernelSCTPRulesAccepted(t *testing.T) {
 }
 
 func TestKernelDualStack(t *testing.T) {
-	pod6 := func(i byte) netip.Addr { return netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x10, 0x02, 0x44, 14: 0, 15: i}) }
-	topo := netns.NewT(t, netns.Options{Pods: []netns.PodSpec{
-		{Name: "pod-a", IP: podA, IP6: pod6(0x11), Ports: []uint16{podPort}},
-		{Name: "pod-b", IP: podB, IP6: pod6(0x12), Ports: []uint16{podPort}},
-	}})
+	topo := netns.NewThreePods(t, netns.DualStack("pod-a", "pod-b"))
 	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd()}})
 	if err != nil {
 		t.Fatal(err)
@@ -503,9 +493,9 @@ func TestKernelDualStack(t *testing.T) {
 	defer b.Close()
 	vip6 := netip.MustParseAddr("fd00:10:96::10")
 	web := svc("default", "web", "http", plan.TCP, vip.String(), 80, 30080,
-		podEP(podA, 1), podEP(podB, 1), ep(pod6(0x11).String(), podPort, 1), ep(pod6(0x12).String(), podPort, 1))
+		podEP(podA, 1), podEP(podB, 1), ep(netns.PodA6.String(), podPort, 1), ep(netns.PodB6.String(), podPort, 1))
 	web.ClusterIPs = append(web.ClusterIPs, vip6)
-	only6 := svc("default", "only6", "http", plan.TCP, "fd00:10:96::11", 80, 0, ep(pod6(0x12).String(), podPort, 1))
+	only6 := svc("default", "only6", "http", plan.TCP, "fd00:10:96::11", 80, 0, ep(netns.PodB6.String(), podPort, 1))
 	empty6 := svc("default", "empty6", "http", plan.TCP, "fd00:10:96::12", 80, 0)
 	mustSync(t, b, testPlan(web, only6, empty6), backends.FullSync())
 
@@ -528,7 +518,7 @@ func TestKernelDualStack(t *testing.T) {
 		t.Errorf("IPv6 service without endpoints: got %v, want refused", err)
 	}
 	// Hairpin over IPv6: pod-b is the only endpoint of only6.
-	if a := netns.DialMany(t, topo.Pods["pod-b"].NS, netip.MustParseAddrPort("[fd00:10:96::11]:80"), 1)[0]; a.Pod != "pod-b" || a.Source.Addr() == pod6(0x12) {
+	if a := netns.DialMany(t, topo.Pods["pod-b"].NS, netip.MustParseAddrPort("[fd00:10:96::11]:80"), 1)[0]; a.Pod != "pod-b" || a.Source.Addr() == netns.PodB6 {
 		t.Errorf("IPv6 hairpin: got %s, want pod-b answering a masqueraded source", a)
 	}
 }

@@ -1,17 +1,15 @@
 package nftables
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/weirproxy/weir/backends"
 )
 
-// The layout, chosen for the kernel's cost (DESIGN §7): no per-service chains
+// The layout, chosen for the kernel's cost (docs/performance.md): no per-service chains
 // or rules, except for ClientIP affinity (sticky.go). Verdict maps send a
 // destination's packets to a shared "pick" chain per kind and total weight
 // W; that chain's single rule draws a bucket with numgen random mod W and
@@ -133,19 +131,10 @@ func (l *layout) base(t *txn, refill bool) {
 // client sees the same refusal.
 func (l *layout) clusterIPsCheckRules(t *txn) {
 	c := l.chain(chainClusterIPsCheck)
-	daddrIn := func(set string) []expr.Any { return []expr.Any{l.fam.loadDaddr(regKey), lookup(regKey, set, false)} }
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text:  "ip daddr @" + setClusterIPs + " meta l4proto tcp reject with tcp reset",
-		exprs: append(append(daddrIn(setClusterIPs), isTCP()...), rejectTCPReset()),
-	}})
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text:  "ip daddr @" + setClusterIPs + " reject",
-		exprs: append(daddrIn(setClusterIPs), l.fam.rejectPortUnreachable()),
-	}})
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text:  "ip daddr @" + setServiceCIDRs + " drop",
-		exprs: append(daddrIn(setServiceCIDRs), drop()),
-	}})
+	clusterIP := l.fam.daddrKey().in(setClusterIPs)
+	t.addRule(c, clusterIP, isTCP(), rejectWithReset())
+	t.addRule(c, clusterIP, l.fam.rejectUnreachable())
+	t.addRule(c, l.fam.daddrKey().in(setServiceCIDRs), verdictDrop())
 }
 
 // firewallAllowSet holds, per load-balancer address and port, the source
@@ -162,19 +151,12 @@ func (l *layout) firewallAllowSet() *nftables.Set {
 // route_localnet would otherwise let in.
 func (l *layout) firewallRules(t *txn) {
 	c := l.chain(chainFirewall)
+	f := l.fam
 	if l.opts.LocalhostNodePorts {
-		t.add(op{kind: opAddRule, chain: c, rule: &rule{
-			text:  "ct state new ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 drop",
-			exprs: append(append(append(ctStateNew(), l.fam.addrInLoopback(l.fam.loadDaddr(regScratch), true)...), l.fam.addrInLoopback(l.fam.loadSaddr(regScratch), false)...), drop()),
-		}})
+		t.addRule(c, ctNew(), f.inLoopback(f.daddrField(), true), f.inLoopback(f.saddrField(), false), verdictDrop())
 	}
-	exprs := append(append(ctStateNew(), l.fam.ipKeyExprs()...), lookup(regKey, setFirewallIPs, false),
-		l.fam.loadSaddr(regKey+l.fam.addrWords()+2), lookup(regKey, setFirewallAllow, true), drop())
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text: fmt.Sprintf("ct state new ip daddr . meta l4proto . th dport @%s ip daddr . meta l4proto . th dport . ip saddr != @%s drop",
-			setFirewallIPs, setFirewallAllow),
-		exprs: exprs,
-	}})
+	allow := keyOf(append(f.serviceFields(), f.saddrField())...)
+	t.addRule(c, ctNew(), f.serviceKey().in(setFirewallIPs), allow.notIn(setFirewallAllow), verdictDrop())
 }
 
 // addSet ensures a set exists and, when refilling, empties it.
@@ -248,12 +230,11 @@ func (l *layout) baseChains(t *txn) {
 	for _, h := range baseHooks {
 		c := l.baseChain(h.name, h.typ, h.hook, h.prio)
 		l.addChain(t, c)
-		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: "jump " + h.target, exprs: []expr.Any{jump(h.target)}}})
+		t.addRule(c, jumpTo(h.target))
 		if h.name == chainFilterForward || h.name == chainFilterOutput {
 			// After DNAT, as kube-proxy's filter-forward and
 			// filter-output-post-dnat are.
-			t.add(op{kind: opAddRule, chain: c, rule: &rule{text: "ct state new jump " + chainClusterIPsCheck,
-				exprs: append(ctStateNew(), jump(chainClusterIPsCheck))}})
+			t.addRule(c, ctNew(), jumpTo(chainClusterIPsCheck))
 		}
 	}
 }
@@ -261,15 +242,8 @@ func (l *layout) baseChains(t *txn) {
 func (l *layout) serviceRules(t *txn) {
 	c := l.chain(chainServices)
 	l.shortCircuitRules(t, c)
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text:  "ip daddr . meta l4proto . th dport vmap @" + setServiceIPs,
-		exprs: append(l.fam.ipKeyExprs(), mapTo(regKey, setServiceIPs, regVerdict)),
-	}})
-	exprs, text := l.nodePortMatch()
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text:  text + "meta l4proto . th dport vmap @" + setNodePorts,
-		exprs: append(append(exprs, portKeyExprs()...), mapTo(regKey, setNodePorts, regVerdict)),
-	}})
+	t.addRule(c, l.fam.serviceKey().vmap(setServiceIPs))
+	t.addRule(c, l.nodePortMatch(), nodePortKey().vmap(setNodePorts))
 }
 
 // nodePortsRestricted reports whether node ports are served only on the
@@ -291,70 +265,43 @@ func (l *layout) servesNodePorts(nodeAddrs []netip.Addr) bool {
 }
 
 // nodePortMatch matches destinations that accept node ports.
-func (l *layout) nodePortMatch() ([]expr.Any, string) {
-	exprs, text := daddrLocal(), "fib daddr type local "
+func (l *layout) nodePortMatch() match {
+	parts := []match{toLocal()}
 	restricted := l.nodePortsRestricted()
 	if !l.opts.LocalhostNodePorts || restricted {
-		exprs, text = append(exprs, l.fam.daddrNotLoopback()...), text+"ip daddr != "+l.fam.loopback.String()+" "
+		parts = append(parts, l.fam.inLoopback(l.fam.daddrField(), false))
 	}
 	if restricted {
-		exprs = append(exprs, l.fam.loadDaddr(regKey), lookup(regKey, setNodePortCIDRs, false))
-		text += "ip daddr @" + setNodePortCIDRs + " "
+		parts = append(parts, l.fam.daddrKey().in(setNodePortCIDRs))
 	}
-	return exprs, text
+	return join(parts...)
 }
 
 func (l *layout) masqueradeRules(t *txn) {
 	c := l.chain(chainMasquerade)
-	exprs := append(markBitSet(masqueradeMark), setMarkBit(masqueradeMark, true)...)
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text:  fmt.Sprintf("meta mark & %#x != 0 meta mark set meta mark & %#x masquerade fully-random", masqueradeMark, ^uint32(masqueradeMark)),
-		exprs: append(exprs, masquerade()),
-	}})
-	exprs = append(ctStatusDNAT(), l.fam.loadSaddr(regKey), l.fam.loadDaddr(regKey+l.fam.addrWords()), lookup(regKey, setHairpin, false), masquerade())
-	t.add(op{kind: opAddRule, chain: c, rule: &rule{
-		text:  "ct status dnat ip saddr . ip daddr @" + setHairpin + " masquerade fully-random",
-		exprs: exprs,
-	}})
+	t.addRule(c, markedForMasquerade(), unmarkMasquerade(), masqueradeFully())
+	hairpin := keyOf(l.fam.saddrField(), l.fam.daddrField()).in(setHairpin)
+	t.addRule(c, ctDNATed(), hairpin, masqueradeFully())
 }
 
 // endpointCheckRules refuse or drop new connections to destinations without
 // (local) endpoints; node ports only on the addresses that serve node ports.
 func (l *layout) endpointCheckRules(t *txn) {
 	c := l.chain(chainEPCheck)
-	npMatch, npText := l.nodePortMatch()
-	nodePorts := func(set string) []expr.Any {
-		return append(append(append(ctStateNew(), clone(npMatch)...), portKeyExprs()...), lookup(regKey, set, false))
-	}
-	matches := []struct {
-		text  string
-		exprs []expr.Any
-	}{
-		{"ct state new ip daddr . meta l4proto . th dport @" + setNoEPIPs,
-			append(append(ctStateNew(), l.fam.ipKeyExprs()...), lookup(regKey, setNoEPIPs, false))},
-		{"ct state new " + npText + "meta l4proto . th dport @" + setNoEPNodePorts, nodePorts(setNoEPNodePorts)},
+	nodePorts := l.nodePortMatch()
+	refused := []match{
+		join(ctNew(), l.fam.serviceKey().in(setNoEPIPs)),
+		join(ctNew(), nodePorts, nodePortKey().in(setNoEPNodePorts)),
 	}
 	// A TCP reset is refused at once even when the client's connect() is
 	// still holding its socket (veth delivers the ICMP error synchronously and
 	// TCP then treats it as soft); everything else gets ICMP port unreachable.
-	for _, m := range matches {
-		t.add(op{kind: opAddRule, chain: c, rule: &rule{
-			text:  m.text + " meta l4proto tcp reject with tcp reset",
-			exprs: append(append(slices.Clone(m.exprs), isTCP()...), rejectTCPReset()),
-		}})
-		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: m.text + " reject", exprs: append(m.exprs, l.fam.rejectPortUnreachable())}})
+	for _, m := range refused {
+		t.addRule(c, m, isTCP(), rejectWithReset())
+		t.addRule(c, m, l.fam.rejectUnreachable())
 	}
-	drops := []struct {
-		text  string
-		exprs []expr.Any
-	}{
-		{"ct state new ip daddr . meta l4proto . th dport @" + setDropIPs + " drop",
-			append(append(ctStateNew(), l.fam.ipKeyExprs()...), lookup(regKey, setDropIPs, false))},
-		{"ct state new " + npText + "meta l4proto . th dport @" + setDropNodePorts + " drop", nodePorts(setDropNodePorts)},
-	}
-	for _, d := range drops {
-		t.add(op{kind: opAddRule, chain: c, rule: &rule{text: d.text, exprs: append(d.exprs, drop())}})
-	}
+	t.addRule(c, ctNew(), l.fam.serviceKey().in(setDropIPs), verdictDrop())
+	t.addRule(c, ctNew(), nodePorts, nodePortKey().in(setDropNodePorts), verdictDrop())
 }
 
 // endpointsMap returns an endpoints map: "entry key . bucket" to endpoint.
@@ -386,26 +333,15 @@ func (l *layout) delPickChain(t *txn, spec pickSpec) {
 // not recognise as coming from pods; nothing when there is no detector (like
 // kube-proxy without a local-traffic detector).
 func (l *layout) clusterMasqueradeRule() *rule {
-	mark := setMarkBit(masqueradeMark, false)
-	markText := fmt.Sprintf("meta mark set meta mark | %#x", masqueradeMark)
 	switch {
 	case l.opts.MasqueradeAll:
-		return &rule{text: markText, exprs: mark}
+		return ruleOf(markMasquerade())
 	case l.opts.LocalDetector == backends.DetectNodeCIDR:
-		return &rule{
-			text:  fmt.Sprintf("ip saddr != @%s %s", setPodCIDRs, markText),
-			exprs: append([]expr.Any{l.fam.loadSaddr(regKey), lookup(regKey, setPodCIDRs, true)}, mark...),
-		}
+		return ruleOf(l.fam.saddrKey().notIn(setPodCIDRs), markMasquerade())
 	case l.opts.LocalDetector == backends.DetectInterfaceNamePrefix:
-		return &rule{
-			text:  fmt.Sprintf("iifname != %q %s", l.opts.PodInterfacePrefix+"*", markText),
-			exprs: append(iifnameNotPrefix(l.opts.PodInterfacePrefix), mark...),
-		}
+		return ruleOf(iifname(l.opts.PodInterfacePrefix, false), markMasquerade())
 	case len(l.opts.ClusterCIDRs) > 0:
-		return &rule{
-			text:  fmt.Sprintf("ip saddr != @%s %s", setClusterCIDRs, markText),
-			exprs: append([]expr.Any{l.fam.loadSaddr(regKey), lookup(regKey, setClusterCIDRs, true)}, mark...),
-		}
+		return ruleOf(l.fam.saddrKey().notIn(setClusterCIDRs), markMasquerade())
 	}
 	return nil
 }

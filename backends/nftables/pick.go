@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/google/nftables/expr"
-	"golang.org/x/sys/unix"
 )
 
 // pickKind says which traffic a pick chain serves, which decides how its
@@ -121,13 +118,12 @@ func parseEndpointsMap(name string) (mapID, bool) {
 // portKeyed reports whether the lane's keys are "protocol . port".
 func (l lane) portKeyed() bool { return l == laneNodePort || l == laneShortNodePort }
 
-// keyExprs loads the lane's lookup key at regKey and returns its nft text
-// and its length in registers.
-func (l lane) keyExprs(f *family) ([]expr.Any, string, uint32) {
+// keyFields returns the fields of the lane's lookup key.
+func (l lane) keyFields(f *family) []field {
 	if l.portKeyed() {
-		return portKeyExprs(), "meta l4proto . th dport", 2
+		return []field{l4protoField(), dportField()}
 	}
-	return f.ipKeyExprs(), "ip daddr . meta l4proto . th dport", f.addrWords() + 2
+	return f.serviceFields()
 }
 
 // addPickChain appends the chain for spec with its rules.
@@ -152,10 +148,7 @@ func (l *layout) kindRules(kind pickKind) []*rule {
 	}
 	if kind == pickNodePortLocal && l.opts.LocalhostNodePorts {
 		// A reply cannot go back to 127.0.0.1 from a pod: masquerade localhost.
-		out = append(out, &rule{
-			text:  fmt.Sprintf("ip saddr 127.0.0.0/8 meta mark set meta mark | %#x", masqueradeMark),
-			exprs: append(l.fam.addrInLoopback(l.fam.loadSaddr(regScratch), true), setMarkBit(masqueradeMark, false)...),
-		})
+		out = append(out, ruleOf(l.fam.inLoopback(l.fam.saddrField(), true), markMasquerade()))
 	}
 	return out
 }
@@ -164,13 +157,9 @@ func (l *layout) kindRules(kind pickKind) []*rule {
 // destination to that bucket's endpoint: the key with the bucket after it
 // is the endpoints map's key.
 func (l *layout) pickRule(spec pickSpec) *rule {
-	key, keyText, words := spec.kind.lane().keyExprs(l.fam)
-	m := mapID{lane: spec.kind.lane(), weight: spec.weight}.name()
-	exprs := append(key,
-		&expr.Numgen{Register: regKey + words, Modulus: spec.weight, Type: unix.NFT_NG_RANDOM},
-		mapTo(regKey, m, l.fam.regEP()),
-		l.fam.dnat(l.fam.regEP()))
-	return &rule{text: fmt.Sprintf("dnat to %s . numgen random mod %d map @%s", keyText, spec.weight, m), exprs: exprs}
+	lane := spec.kind.lane()
+	k := keyOf(append(lane.keyFields(l.fam), numgenField(spec.weight))...)
+	return ruleOf(k.dnatVia(l.fam, mapID{lane: lane, weight: spec.weight}.name()))
 }
 
 // masqueradeRule returns the rule marking a kind's packets for masquerading,
@@ -180,7 +169,7 @@ func (l *layout) masqueradeRule(kind pickKind) *rule {
 	case pickCluster, pickShortIP, pickShortNP:
 		return l.clusterMasqueradeRule()
 	case pickExternal, pickNodePort:
-		return &rule{text: fmt.Sprintf("meta mark set meta mark | %#x", masqueradeMark), exprs: setMarkBit(masqueradeMark, false)}
+		return ruleOf(markMasquerade())
 	}
 	return nil
 }

@@ -34,12 +34,12 @@ func (b *Backend) ReadBack(ctx context.Context) (*backends.View, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: open netlink socket for reading: %w", err)
 	}
-	defer conn.CloseLasting()
+	defer b.closeReader(conn.CloseLasting)
 	nc, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: b.opts.NetNS})
 	if err != nil {
 		return nil, fmt.Errorf("nftables: open netlink socket for reading: %w", err)
 	}
-	defer nc.Close()
+	defer b.closeReader(nc.Close)
 	if err := forceBuffers(nc); err != nil {
 		return nil, fmt.Errorf("nftables: size netlink socket buffers: %w", err)
 	}
@@ -50,6 +50,15 @@ func (b *Backend) ReadBack(ctx context.Context) (*backends.View, error) {
 		}
 	}
 	return nil, fmt.Errorf("nftables: read back tables ip/ip6 %s: the ruleset changed during each of %d reads", b.opts.Table, readAttempts)
+}
+
+// closeReader closes a socket ReadBack read on. What was read stands
+// whatever the close returns, so a failure is logged, not returned: it only
+// means a descriptor may stay open.
+func (b *Backend) closeReader(closeSocket func() error) {
+	if err := closeSocket(); err != nil {
+		b.log.Warn("nftables: closing a read-back netlink socket failed", "error", err)
+	}
 }
 
 // readTables reads both tables; again is set when the ruleset's generation

@@ -1,10 +1,7 @@
 package nftables
 
 import (
-	"fmt"
-
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/weirproxy/weir/backends"
 )
 
@@ -22,48 +19,33 @@ const (
 // external addresses to their cluster pick chains; they come first in the
 // services chain.
 func (l *layout) shortCircuitRules(t *txn, c *nftables.Chain) {
-	type origin struct {
-		text  string
-		exprs []expr.Any
+	origins := []match{fromLocal()}
+	if pods, ok := l.podSource(); ok {
+		origins = append(origins, pods)
 	}
-	origins := []origin{{"fib saddr type local ", saddrLocal()}}
-	if text, exprs := l.podSource(); exprs != nil {
-		origins = append(origins, origin{text, exprs})
-	}
-	npMatch, npText := l.nodePortMatch()
+	nodePorts := l.nodePortMatch()
 	for _, o := range origins {
-		t.add(op{kind: opAddRule, chain: c, rule: &rule{
-			text:  o.text + "ip daddr . meta l4proto . th dport vmap @" + setShortIPs,
-			exprs: append(append(clone(o.exprs), l.fam.ipKeyExprs()...), mapTo(regKey, setShortIPs, regVerdict)),
-		}})
-		t.add(op{kind: opAddRule, chain: c, rule: &rule{
-			text:  o.text + npText + "meta l4proto . th dport vmap @" + setShortNodePorts,
-			exprs: append(append(append(clone(o.exprs), clone(npMatch)...), portKeyExprs()...), mapTo(regKey, setShortNodePorts, regVerdict)),
-		}})
+		t.addRule(c, o, l.fam.serviceKey().vmap(setShortIPs))
+		t.addRule(c, o, nodePorts, nodePortKey().vmap(setShortNodePorts))
 	}
 }
 
 // podSource matches packets the local-traffic detector recognises as coming
-// from this cluster's pods; nil when there is no detector.
-func (l *layout) podSource() (string, []expr.Any) {
+// from this cluster's pods; false when there is no detector.
+func (l *layout) podSource() (match, bool) {
 	switch {
 	case l.opts.LocalDetector == backends.DetectNodeCIDR:
-		return "ip saddr @" + setPodCIDRs + " ", []expr.Any{l.fam.loadSaddr(regKey), lookup(regKey, setPodCIDRs, false)}
+		return l.fam.saddrKey().in(setPodCIDRs), true
 	case l.opts.LocalDetector == backends.DetectInterfaceNamePrefix:
-		return fmt.Sprintf("iifname %q ", l.opts.PodInterfacePrefix+"*"), iifnamePrefix(l.opts.PodInterfacePrefix)
+		return iifname(l.opts.PodInterfacePrefix, true), true
 	case len(l.opts.ClusterCIDRs) > 0:
-		return "ip saddr @" + setClusterCIDRs + " ", []expr.Any{l.fam.loadSaddr(regKey), lookup(regKey, setClusterCIDRs, false)}
+		return l.fam.saddrKey().in(setClusterCIDRs), true
 	}
-	return "", nil
+	return match{}, false
 }
 
 // shortCircuitMasquerade marks what the node itself sends to a Local-policy
 // external address: replies from a remote endpoint must come back here.
 func shortCircuitMasquerade() *rule {
-	return &rule{
-		text:  fmt.Sprintf("fib saddr type local meta mark set meta mark | %#x", masqueradeMark),
-		exprs: append(saddrLocal(), setMarkBit(masqueradeMark, false)...),
-	}
+	return ruleOf(fromLocal(), markMasquerade())
 }
-
-func clone(e []expr.Any) []expr.Any { return append([]expr.Any(nil), e...) }

@@ -2,18 +2,14 @@ package nftables
 
 import (
 	"encoding/binary"
-	"fmt"
 	"hash/fnv"
 	"maps"
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/weirproxy/weir/sdk/plan"
-	"golang.org/x/sys/unix"
 )
 
 // Services with ClientIP affinity get chains of their own, as in
@@ -131,54 +127,30 @@ func (l *layout) stickyRules(port string, d draw, timeout uint32) []*rule {
 	rules := l.kindRules(d.kind)
 	eps := d.pool.distinct()
 	for _, w := range eps {
-		key, text := l.affinityKey(port, w.ep)
-		rules = append(rules, l.stickyRule(append(key, lookup(regKey, setAffinity, false)), text+" @"+setAffinity+" ", port, w.ep, timeout))
+		rules = append(rules, l.stickyRule(l.affinityKey(port, w.ep).in(setAffinity), port, w.ep, timeout))
 	}
 	rest := d.pool.weight()
 	for i, w := range eps {
-		var cond []expr.Any
-		var text string
+		var cond match
 		if i < len(eps)-1 {
-			cond = []expr.Any{
-				&expr.Numgen{Register: regKey, Modulus: rest, Type: unix.NFT_NG_RANDOM},
-				&expr.Byteorder{SourceRegister: regKey, DestRegister: regKey, Op: expr.ByteorderHton, Len: 4, Size: 4},
-				&expr.Cmp{Op: expr.CmpOpLt, Register: regKey, Data: u32BE(w.n)},
-			}
-			text = fmt.Sprintf("numgen random mod %d < %d ", rest, w.n)
+			cond = numgenBelow(rest, w.n)
 		}
-		rules = append(rules, l.stickyRule(cond, text, port, w.ep, timeout))
+		rules = append(rules, l.stickyRule(cond, port, w.ep, timeout))
 		rest -= w.n
 	}
 	return rules
 }
 
-// affinityKey loads the affinity entry of the packet's client for ep of
-// the service port at regKey.
-func (l *layout) affinityKey(port string, ep netip.AddrPort) ([]expr.Any, string) {
-	id, w := portID(port), l.fam.addrWords()
-	return []expr.Any{
-		l.fam.loadSaddr(regKey),
-		&expr.Immediate{Register: regKey + w, Data: id[:4]},
-		&expr.Immediate{Register: regKey + w + 1, Data: id[4:]},
-		&expr.Immediate{Register: regKey + w + 2, Data: ep.Addr().AsSlice()},
-		&expr.Immediate{Register: regKey + 2*w + 2, Data: port16(ep.Port())},
-	}, fmt.Sprintf("ip saddr . %s . %s . %d", port, ep.Addr(), ep.Port())
+// affinityKey is the affinity entry of the packet's client for ep of the
+// service port.
+func (l *layout) affinityKey(port string, ep netip.AddrPort) key {
+	return keyOf(l.fam.saddrField(), portIDField(port), l.fam.addrField(ep.Addr()), portField(ep.Port()))
 }
 
 // stickyRule records the client's entry for ep, or refreshes it, and
 // rewrites the destination to ep, when cond matches.
-func (l *layout) stickyRule(cond []expr.Any, condText, port string, ep netip.AddrPort, timeout uint32) *rule {
-	key, keyText := l.affinityKey(port, ep)
-	exprs := append(append(cond, key...),
-		&expr.Dynset{SrcRegKey: regKey, SetName: setAffinity, Operation: unix.NFT_DYNSET_OP_UPDATE,
-			Timeout: time.Duration(timeout) * time.Second},
-		&expr.Immediate{Register: l.fam.regEP(), Data: ep.Addr().AsSlice()},
-		&expr.Immediate{Register: regLast, Data: port16(ep.Port())},
-		l.fam.dnat(l.fam.regEP()))
-	return &rule{
-		text:  fmt.Sprintf("%supdate @%s { %s timeout %ds } dnat to %s", condText, setAffinity, keyText, timeout, ep),
-		exprs: exprs,
-	}
+func (l *layout) stickyRule(cond match, port string, ep netip.AddrPort, timeout uint32) *rule {
+	return ruleOf(cond, l.affinityKey(port, ep).update(setAffinity, timeout), l.fam.dnatTo(ep))
 }
 
 // addSticky appends what a service port's change needs before its entries

@@ -9,7 +9,7 @@ import (
 )
 
 // maxElemsPerMessage keeps each NEWSETELEM/DELSETELEM attribute well under the
-// 64 KiB netlink attribute limit (DESIGN §6): our largest element is ~60 bytes
+// 64 KiB netlink attribute limit: our largest element is ~60 bytes
 // once encoded.
 const maxElemsPerMessage = 700
 
@@ -43,7 +43,8 @@ type op struct {
 	elems []element
 }
 
-// rule is a rule's expressions together with its nft-like text.
+// rule is a rule's expressions together with its nft-like text; ruleOf
+// (fragments.go) makes them from the same matches.
 type rule struct {
 	text  string
 	exprs []expr.Any
@@ -56,6 +57,11 @@ type txn struct {
 }
 
 func (t *txn) add(o op) { t.ops = append(t.ops, o) }
+
+// addRule appends the rule the matches make to chain c.
+func (t *txn) addRule(c *nftables.Chain, parts ...match) {
+	t.add(op{kind: opAddRule, chain: c, rule: ruleOf(parts...)})
+}
 
 func (t *txn) addElems(set *nftables.Set, elems ...element) {
 	if len(elems) > 0 {
@@ -92,11 +98,7 @@ func (t *txn) String() string {
 		case opDelChain:
 			fmt.Fprintf(&b, "delete chain %s %s\n", tbl, o.chain.Name)
 		case opAddRule:
-			text := o.rule.text
-			if kw == "ip6" {
-				text = strings.NewReplacer("ip daddr", "ip6 daddr", "ip saddr", "ip6 saddr").Replace(text)
-			}
-			fmt.Fprintf(&b, "add rule %s %s %s\n", tbl, o.chain.Name, text)
+			fmt.Fprintf(&b, "add rule %s %s %s\n", tbl, o.chain.Name, o.rule.text)
 		case opAddSet:
 			fmt.Fprintf(&b, "add %s %s %s { %s }\n", setWord(o.set), tbl, o.set.Name, setSpec(o.set))
 		case opDelSet:
