@@ -2,6 +2,7 @@ package abi
 
 import (
 	"encoding/binary"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -64,7 +65,7 @@ func FuzzDecodeMutated(f *testing.F) {
 func checkDecode(t *testing.T, in []*plan.Service, data []byte) {
 	out, err := Decode(in, data)
 	if err != nil {
-		if _, ok := err.(*OutputError); !ok {
+		if _, ok := err.(*OutputError); !ok { //nolint:errorlint // Decode returns the *OutputError itself, never wrapped
 			t.Fatalf("error %T is not an *OutputError: %v", err, err)
 		}
 		return
@@ -120,4 +121,30 @@ func exerciseViews(data []byte) {
 		s.SetAffinity(s.AffinitySeconds())
 		_ = s.SetScheduler(s.Scheduler())
 	}
+}
+
+// FuzzDecodeBatch feeds arbitrary bytes to DecodeBatch, the host-side
+// reader of a whole batch: it never panics, and a batch it accepts
+// encodes again into one that decodes to the same node, services and
+// full flag.
+func FuzzDecodeBatch(f *testing.F) {
+	var e Encoder
+	f.Add(slices.Clone(e.Encode(testNode, fuzzInput(), true)))
+	f.Add(slices.Clone(e.Encode(plan.Node{}, nil, false)))
+	f.Add([]byte("WEIR"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		node, services, full, err := DecodeBatch(data)
+		if err != nil {
+			return
+		}
+		var again Encoder
+		node2, services2, full2, err := DecodeBatch(again.Encode(node, services, full))
+		if err != nil {
+			t.Fatalf("an accepted batch, encoded again, is refused: %v", err)
+		}
+		if full2 != full || !reflect.DeepEqual(node2, node) || !slices.EqualFunc(services2, services, (*plan.Service).Equal) {
+			t.Errorf("an accepted batch does not survive encoding again:\n%v %v\n%v %v", node, services, node2, services2)
+		}
+	})
 }
