@@ -52,6 +52,10 @@ const (
 	DetectInterfaceNamePrefix LocalDetector = "InterfaceNamePrefix"
 )
 
+// LocalDetectors lists every LocalDetector, by the names kube-proxy's
+// detectLocalMode gives them too.
+var LocalDetectors = []LocalDetector{DetectClusterCIDR, DetectNodeCIDR, DetectInterfaceNamePrefix}
+
 // Detector returns the effective local detector: DetectClusterCIDR when
 // LocalDetector is empty.
 func (c *Common) Detector() LocalDetector {

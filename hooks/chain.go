@@ -13,7 +13,6 @@ package hooks
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
@@ -70,17 +69,15 @@ func New(ctx context.Context, plugins []Config, opts Options) (*Chain, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if err := joined(Check(plugins)); err != nil {
+		return nil, err
+	}
 	c := &Chain{opts: opts, log: opts.Log, lastGood: map[plan.Key]*plan.Service{}}
-	names := map[string]bool{}
 	for i, cfg := range plugins {
-		s, err := check(cfg)
+		s, err := complete(cfg)
 		if err != nil {
 			return nil, err
 		}
-		if names[s.Name] {
-			return nil, fmt.Errorf("plugin %q is configured twice", s.Name)
-		}
-		names[s.Name] = true
 		c.slots = append(c.slots, &slot{settings: s, index: i, cache: map[plan.Key]entry{}})
 	}
 	if len(c.slots) == 0 {

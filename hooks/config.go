@@ -1,15 +1,17 @@
 package hooks
 
 import (
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/weirproxy/weir/sdk/plan"
@@ -50,83 +52,166 @@ func (m Match) matches(s *plan.Service) bool {
 	return m.Selector == nil || m.Selector.Matches(labels.Set(s.Labels))
 }
 
-// Config configures one plugin of the chain.
+// Config configures one plugin of the chain. Check says which values New
+// refuses; a zero FailurePolicy, Timeout or MemoryLimit takes its default.
 type Config struct {
-	// Name identifies the plugin in logs and errors; unique within a chain.
+	// Name identifies the plugin in logs, metrics and errors: lower-case
+	// letters, digits and '-', at most 63 characters, unique within a chain.
 	Name string
 	// Path is the plugin's .wasm file.
 	Path string
-	// SHA256 pins the file's hex sha256; "" does not pin it.
+	// SHA256 pins the file's sha256 as 64 hex digits; "" does not pin it.
 	SHA256 string
 	// Config is the plugin's configuration as decoded from YAML (maps,
 	// slices, scalars); the plugin receives it as JSON.
 	Config any
 	// FailurePolicy is what a failed batch's services get; "" means open.
 	FailurePolicy Policy
-	// Timeout bounds each call into the plugin; 0 means 100ms.
+	// Timeout bounds each call into the plugin: 1ms to 10s, or 0 for
+	// DefaultTimeout.
 	Timeout time.Duration
-	// MemoryLimit caps each instance's linear memory in bytes; 0 means
-	// 64 MiB, and it is at least 64 pages (4 MiB). A plugin has at most two
-	// instances, so it costs the host at most about twice this.
+	// MemoryLimit caps each instance's linear memory in bytes: 4 MiB to
+	// 4 GiB, rounded down to whole 64 KiB pages, or 0 for 64 MiB. A plugin
+	// has at most two instances, so it costs the host at most about twice
+	// this.
 	MemoryLimit uint64
 	// Match selects the services the plugin sees.
 	Match Match
 }
 
-// Defaults and limits of a plugin's configuration.
+// DefaultTimeout bounds each call into a plugin whose Timeout is 0.
+const DefaultTimeout = 100 * time.Millisecond
+
+// Limits and defaults of a plugin's configuration.
 const (
-	defaultTimeout     = 100 * time.Millisecond
-	defaultMemoryLimit = 64 << 20
+	minTimeout         = time.Millisecond
+	maxTimeout         = 10 * time.Second
 	pageSize           = 65536
-	minPages           = 64
-	maxPages           = 65536 // wasm32 addresses 4 GiB
+	defaultMemoryLimit = 64 << 20
+	minMemoryLimit     = 64 * pageSize
+	maxMemoryLimit     = 65536 * pageSize // wasm32 addresses 4 GiB
 )
 
-// settings is a Config checked and completed with defaults.
+var (
+	dnsLabel  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	sha256Hex = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+)
+
+// allowed says what each key of a plugins entry accepts, worded to follow
+// "use" in an error message; keys are spelt as in Weir's configuration file.
+var allowed = map[string]string{
+	"name":          "a unique name of lower-case letters, digits and '-', at most 63 characters, such as zone-preference",
+	"path":          "the path of the plugin's .wasm file",
+	"sha256":        "the file's SHA-256 as 64 hex digits (sha256sum prints it), or leave it out",
+	"failurePolicy": fmt.Sprintf("%s or %s", PolicyOpen, PolicyClosed),
+	"timeout":       fmt.Sprintf("a duration between %s and %s, such as %s", minTimeout, maxTimeout, DefaultTimeout),
+	"memoryLimit": fmt.Sprintf("a size between %s and %s, such as %s",
+		size(minMemoryLimit), size(maxMemoryLimit), size(defaultMemoryLimit)),
+	"match.namespaces":  "a list of namespace names",
+	"match.selector":    "a label selector such as app=web,tier!=db or 'env in (prod, staging)'",
+	"match.annotations": "a list of annotation keys such as canary.weir.dev/split",
+}
+
+// size writes a byte count as a memoryLimit is written, such as 64Mi.
+func size(n int64) string { return resource.NewQuantity(n, resource.BinarySI).String() }
+
+// Allowed says what a key of a plugins entry, such as "timeout" or
+// "match.selector", accepts, worded to follow "use"; "" for another key.
+func Allowed(key string) string { return allowed[key] }
+
+// FieldError is a value Check refuses: one key of one plugin of a list.
+type FieldError struct {
+	// Index is the plugin's position in the list.
+	Index int
+	// Key is the key as a plugins entry spells it, such as "timeout" or
+	// "match.namespaces".
+	Key string
+	// Value is the refused value as text.
+	Value string
+	// Allowed says what the key accepts, worded to follow "use".
+	Allowed string
+}
+
+// Error names the plugin's entry and the key, as configuration errors do.
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("plugins[%d].%s: %q is not allowed; use %s", e.Index, e.Key, e.Value, e.Allowed)
+}
+
+// Check validates the configuration of a chain's plugins, in order, and
+// returns one FieldError per refused value: New refuses the same.
+func Check(plugins []Config) []*FieldError {
+	var errs []*FieldError
+	first := map[string]int{}
+	for i, c := range plugins {
+		errs = append(errs, checkValues(i, c)...)
+		j, dup := first[c.Name]
+		switch {
+		case dup:
+			errs = append(errs, &FieldError{Index: i, Key: "name", Value: c.Name,
+				Allowed: fmt.Sprintf("a name not used by another plugin (plugins[%d] has it)", j)})
+		case dnsLabel.MatchString(c.Name):
+			first[c.Name] = i
+		}
+	}
+	return errs
+}
+
+// checkValues validates the values of c, the i-th plugin, leaving out
+// whether its name is unique.
+func checkValues(i int, c Config) []*FieldError {
+	var errs []*FieldError
+	refuse := func(key, value string, bad bool) {
+		if bad {
+			errs = append(errs, &FieldError{Index: i, Key: key, Value: value, Allowed: allowed[key]})
+		}
+	}
+	refuse("name", c.Name, !dnsLabel.MatchString(c.Name))
+	refuse("path", c.Path, c.Path == "")
+	refuse("sha256", c.SHA256, c.SHA256 != "" && !sha256Hex.MatchString(c.SHA256))
+	refuse("failurePolicy", string(c.FailurePolicy), !slices.Contains([]Policy{"", PolicyOpen, PolicyClosed}, c.FailurePolicy))
+	refuse("timeout", c.Timeout.String(), c.Timeout != 0 && (c.Timeout < minTimeout || c.Timeout > maxTimeout))
+	refuse("memoryLimit", strconv.FormatUint(c.MemoryLimit, 10),
+		c.MemoryLimit != 0 && (c.MemoryLimit < minMemoryLimit || c.MemoryLimit > maxMemoryLimit))
+	refuse("match.namespaces", strings.Join(c.Match.Namespaces, ","),
+		slices.ContainsFunc(c.Match.Namespaces, func(n string) bool { return !dnsLabel.MatchString(n) }))
+	refuse("match.annotations", strings.Join(c.Match.Annotations, ","),
+		slices.ContainsFunc(c.Match.Annotations, func(k string) bool { return strings.ContainsAny(k, " \t=") }))
+	return errs
+}
+
+// joined is Check's errors as one error; nil when there are none.
+func joined(errs []*FieldError) error {
+	all := make([]error, len(errs))
+	for i, e := range errs {
+		all[i] = e
+	}
+	return errors.Join(all...)
+}
+
+// settings is a checked Config completed with its defaults.
 type settings struct {
 	Config
 	pages  uint32 // memory limit in wasm pages
 	config []byte // Config.Config as JSON
 }
 
-// check validates c and fills in its defaults.
-func check(c Config) (*settings, error) {
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("plugin %q: "+format, append([]any{c.Name}, args...)...)
-	}
-	if c.Name == "" {
-		return nil, fmt.Errorf("plugin with path %q has no name", c.Path)
-	}
-	if c.Path == "" {
-		return nil, fail("no path to a .wasm file")
-	}
-	if c.SHA256 != "" {
-		if b, err := hex.DecodeString(c.SHA256); err != nil || len(b) != 32 {
-			return nil, fail("sha256 %q is not 64 hex digits", c.SHA256)
-		}
-		c.SHA256 = strings.ToLower(c.SHA256)
-	}
-	switch c.FailurePolicy {
-	case "":
+// complete fills in the defaults of c, which Check passed.
+func complete(c Config) (*settings, error) {
+	if c.FailurePolicy == "" {
 		c.FailurePolicy = PolicyOpen
-	case PolicyOpen, PolicyClosed:
-	default:
-		return nil, fail("failurePolicy %q is neither %q nor %q", c.FailurePolicy, PolicyOpen, PolicyClosed)
 	}
-	switch {
-	case c.Timeout < 0:
-		return nil, fail("timeout %s is negative", c.Timeout)
-	case c.Timeout == 0:
-		c.Timeout = defaultTimeout
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
 	}
 	if c.MemoryLimit == 0 {
 		c.MemoryLimit = defaultMemoryLimit
 	}
-	pages := min(max(c.MemoryLimit/pageSize, minPages), maxPages)
+	c.SHA256 = strings.ToLower(c.SHA256)
+	pages := c.MemoryLimit / pageSize
 	c.MemoryLimit = pages * pageSize
 	config, err := json.Marshal(c.Config)
 	if err != nil {
-		return nil, fail("config cannot be handed to the plugin as JSON: %v", err)
+		return nil, fmt.Errorf("plugin %q: config cannot be handed to the plugin as JSON: %w", c.Name, err)
 	}
 	return &settings{Config: c, pages: uint32(pages), config: config}, nil
 }

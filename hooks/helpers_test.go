@@ -82,7 +82,7 @@ func buildGuests() error {
 			cmd := exec.Command("go", append(args, g.pkg)...)
 			cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 			if out, err := cmd.CombinedOutput(); err != nil {
-				errs[i] = fmt.Errorf("build test guest %s: %v\n%s", g.name, err, out)
+				errs[i] = fmt.Errorf("build test guest %s: %w\n%s", g.name, err, out)
 			}
 		})
 	}
@@ -217,18 +217,6 @@ func with(s *plan.Service, key, value string) *plan.Service {
 	return c
 }
 
-// without returns a copy of s without the annotation key.
-func without(s *plan.Service, key string) *plan.Service {
-	c := s.Clone()
-	c.Annotations = map[string]string{}
-	for k, v := range s.Annotations {
-		if k != key {
-			c.Annotations[k] = v
-		}
-	}
-	return c
-}
-
 // assertSubset checks that every output service is its input's (or nil,
 // for no rules) with only endpoints the input had, unchanged but for
 // weight, and the same addresses and ports.
@@ -268,16 +256,4 @@ func weights(s *plan.Service) []uint32 {
 		w[i] = e.Weight
 	}
 	return w
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

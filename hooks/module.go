@@ -50,8 +50,7 @@ func (ms *modules) acquire(ctx context.Context, key moduleKey, data []byte, cach
 		ms.mu.Unlock()
 		<-m.ready
 		if m.err != nil {
-			ms.release(m)
-			return nil, m.err
+			return nil, errors.Join(m.err, ms.release(m))
 		}
 		return m, nil
 	}
@@ -64,8 +63,7 @@ func (ms *modules) acquire(ctx context.Context, key moduleKey, data []byte, cach
 	m.rt, m.code, m.err = compileModule(ctx, key.pages, data, cache)
 	close(m.ready)
 	if m.err != nil {
-		ms.release(m)
-		return nil, m.err
+		return nil, errors.Join(m.err, ms.release(m))
 	}
 	return m, nil
 }

@@ -4,47 +4,19 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/labels"
-
-	"github.com/weirproxy/weir/core/config"
 	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/hooks"
 	"github.com/weirproxy/weir/sdk/plan"
 )
-
-// hookConfigs turns the validated plugins list into the hooks' configuration.
-func hookConfigs(list []config.Plugin) ([]hooks.Config, error) {
-	out := make([]hooks.Config, 0, len(list))
-	for i, p := range list {
-		c := hooks.Config{
-			Name: p.Name, Path: p.Path, SHA256: p.SHA256, Config: p.Config,
-			FailurePolicy: hooks.Policy(p.FailurePolicy), Timeout: p.Timeout, MemoryLimit: p.MemoryLimit,
-			Match: hooks.Match{Namespaces: p.Namespaces, Annotations: p.Annotations},
-		}
-		if p.Selector != "" {
-			sel, err := labels.Parse(p.Selector)
-			if err != nil { // config.Load checked it already
-				return nil, fmt.Errorf("plugins[%d].match.selector: %w", i, err)
-			}
-			c.Match.Selector = sel
-		}
-		out = append(out, c)
-	}
-	return out, nil
-}
 
 // newChain loads the configured plugins; nil when there are none.
 func newChain(ctx context.Context, env *environment, opts hooks.Options) (*hooks.Chain, error) {
 	if len(env.cfg.Plugins) == 0 {
 		return nil, nil
 	}
-	cfgs, err := hookConfigs(env.cfg.Plugins)
-	if err != nil {
-		return nil, err
-	}
 	opts.CacheDir = env.cfg.Hooks.CacheDir
 	opts.Log = env.log
-	chain, err := hooks.New(ctx, cfgs, opts)
+	chain, err := hooks.New(ctx, env.cfg.Plugins, opts)
 	if err != nil {
 		return nil, fmt.Errorf("plugins: %w", err)
 	}

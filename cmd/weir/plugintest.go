@@ -39,7 +39,7 @@ func runPluginCommand(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&t.manifests, "manifests", "", "folder of Service, EndpointSlice and Node manifests (required)")
 	fs.StringVar(&t.nodeName, "node-name", defaultNode(), "the node to plan for")
 	fs.StringVar(&t.cacheDir, "cache-dir", "", "compilation cache folder; empty compiles in memory")
-	fs.DurationVar(&t.timeout, "timeout", 100*time.Millisecond, "longest call into the plugin")
+	fs.DurationVar(&t.timeout, "timeout", hooks.DefaultTimeout, "longest call into the plugin")
 	if err := fs.Parse(args[1:]); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}

@@ -25,6 +25,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/hooks"
 )
 
 // Config is the complete, validated configuration of one Weir process.
@@ -85,8 +88,9 @@ type Config struct {
 	Conntrack ConntrackConfig
 	// Hooks holds settings shared by all hook plugins.
 	Hooks HooksConfig
-	// Plugins are the hook plugins, in the order they run. Nil when unset.
-	Plugins []Plugin
+	// Plugins are the hook plugins, in the order they run, as hooks.Check
+	// passed them: a zero value takes the hooks' default. Nil when unset.
+	Plugins []hooks.Config
 
 	// Warnings name the fields of a KubeProxyConfiguration file that Weir
 	// read but ignores, each with the reason, for the caller to log.
@@ -143,21 +147,10 @@ type LogConfig struct {
 	Level string
 }
 
-// The local-traffic detection modes.
-const (
-	// LocalDetectClusterCIDR: sources inside clusterCIDRs are pods.
-	LocalDetectClusterCIDR = "ClusterCIDR"
-	// LocalDetectNodeCIDR: sources inside this Node's spec.podCIDRs are pods.
-	LocalDetectNodeCIDR = "NodeCIDR"
-	// LocalDetectInterfaceNamePrefix: packets arriving on an interface whose
-	// name starts with the prefix come from pods.
-	LocalDetectInterfaceNamePrefix = "InterfaceNamePrefix"
-)
-
 // LocalDetectorConfig says how traffic from this cluster's pods is told apart.
 type LocalDetectorConfig struct {
-	// Mode is one of the LocalDetect* constants.
-	Mode string
+	// Mode is one of backends.LocalDetectors.
+	Mode backends.LocalDetector
 	// InterfaceNamePrefix is the pod interface prefix for InterfaceNamePrefix mode.
 	InterfaceNamePrefix string
 }
@@ -236,7 +229,7 @@ func Default() *Config {
 		IPTables:           IPTablesConfig{Backend: "auto"},
 		IPVS:               IPVSConfig{Scheduler: "rr", GracePeriod: 15 * time.Minute, Interface: "weir-ipvs0"},
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
-		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
+		LocalDetector:      LocalDetectorConfig{Mode: backends.DetectClusterCIDR},
 		LocalhostNodePorts: true,
 		NodePortRange:      PortRange{First: 30000, Last: 32767},
 		Conntrack: ConntrackConfig{MaxPerCore: 32768, Min: 131072,

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/weirproxy/weir/backends"
 )
 
 // input is one way of configuring Weir: a YAML file (passed with --config
@@ -70,7 +72,7 @@ func TestDefault(t *testing.T) {
 		IPTables:           IPTablesConfig{Backend: "auto"},
 		IPVS:               IPVSConfig{Scheduler: "rr", GracePeriod: 15 * time.Minute, Interface: "weir-ipvs0"},
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
-		LocalDetector:      LocalDetectorConfig{Mode: LocalDetectClusterCIDR},
+		LocalDetector:      LocalDetectorConfig{Mode: backends.DetectClusterCIDR},
 		LocalhostNodePorts: true,
 		NodePortRange:      PortRange{First: 30000, Last: 32767},
 		Conntrack: ConntrackConfig{MaxPerCore: 32768, Min: 131072,

@@ -124,9 +124,35 @@ func stringKey(dst func(*Config) *string, allowed string, ok func(string) bool) 
 	}
 }
 
-func enumKey(dst func(*Config) *string, values ...string) func(*Config, any) *bad {
-	allowed := "one of " + strings.Join(values, ", ")
-	return stringKey(dst, allowed, func(s string) bool { return slices.Contains(values, s) })
+// enumKey sets a key that takes one of values.
+func enumKey[T ~string](dst func(*Config) *T, values ...T) func(*Config, any) *bad {
+	allowed := "one of " + strings.Join(texts(values), ", ")
+	return func(c *Config, raw any) *bad {
+		s, ok := scalar(raw)
+		if !ok || !slices.Contains(values, T(s)) {
+			return &bad{show(raw), allowed}
+		}
+		*dst(c) = T(s)
+		return nil
+	}
+}
+
+// texts returns values as plain strings.
+func texts[T ~string](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// orList writes values as "a, b or c".
+func orList[T ~string](values []T) string {
+	s := texts(values)
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 func nonEmpty(s string) bool { return s != "" }

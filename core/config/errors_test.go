@@ -71,7 +71,7 @@ func TestBadValues(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.key+"="+tc.value, func(t *testing.T) {
 			_, err := load(t, tc.in)
-			e, ok := err.(*Error)
+			e, ok := err.(*Error) //nolint:errorlint // Load must return the *Error itself, not a wrapper or a join
 			if !ok {
 				t.Fatalf("err = %v (%T), want one *Error", err, err)
 			}
@@ -134,7 +134,7 @@ func TestUnknownKeys(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := load(t, tc.in)
-			e, ok := err.(*Error)
+			e, ok := err.(*Error) //nolint:errorlint // Load must return the *Error itself, not a wrapper or a join
 			if !ok {
 				t.Fatalf("err = %v (%T), want one *Error", err, err)
 			}
@@ -169,7 +169,7 @@ func TestFileErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(filepath.Base(tc.path), func(t *testing.T) {
 			_, err := Load(nil, []string{"WEIR_CONFIG=" + tc.path})
-			e, ok := err.(*Error)
+			e, ok := err.(*Error) //nolint:errorlint // Load must return the *Error itself, not a wrapper or a join
 			if !ok {
 				t.Fatalf("err = %v (%T), want one *Error", err, err)
 			}

@@ -8,6 +8,8 @@ import (
 	"unicode"
 
 	"github.com/spf13/pflag"
+
+	"github.com/weirproxy/weir/backends"
 )
 
 // field is one configuration key. The fields table below is the single list
@@ -59,10 +61,9 @@ var fields = []field{
 		get:   func(c *Config) any { return prefixStrings(c.ServiceCIDRs) },
 		set:   cidrsKey(func(c *Config) *[]netip.Prefix { return &c.ServiceCIDRs })},
 	{key: "localDetector.mode", flag: "local-detector", typ: "string", env: true,
-		usage: "how traffic from this cluster's pods is told apart: ClusterCIDR, NodeCIDR or InterfaceNamePrefix",
-		get:   func(c *Config) any { return c.LocalDetector.Mode },
-		set: enumKey(func(c *Config) *string { return &c.LocalDetector.Mode },
-			LocalDetectClusterCIDR, LocalDetectNodeCIDR, LocalDetectInterfaceNamePrefix)},
+		usage: "how traffic from this cluster's pods is told apart: " + orList(backends.LocalDetectors),
+		get:   func(c *Config) any { return string(c.LocalDetector.Mode) },
+		set:   enumKey(func(c *Config) *backends.LocalDetector { return &c.LocalDetector.Mode }, backends.LocalDetectors...)},
 	{key: "localDetector.interfaceNamePrefix", flag: "pod-interface-name-prefix", typ: "string", env: true,
 		usage: "with localDetector.mode InterfaceNamePrefix: the prefix of pod interfaces, such as veth",
 		get:   func(c *Config) any { return c.LocalDetector.InterfaceNamePrefix },

@@ -13,6 +13,8 @@ import (
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
+
+	"github.com/weirproxy/weir/backends"
 )
 
 // kube-proxy's own configuration file, KubeProxyConfiguration
@@ -190,13 +192,13 @@ func (k *kubeProxy) convertAddresses() {
 		k.warn("bindAddressHardFail", "ignored: Weir always fails when it cannot serve a bind address")
 	}
 	k.setIf("nodePortAddresses", "nodePortAddresses")
-	switch m := k.str("detectLocalMode"); m {
-	case "", "ClusterCIDR", "NodeCIDR", "InterfaceNamePrefix":
-		if m != "" {
-			k.set("localDetector.mode", m)
-		}
+	switch m := k.str("detectLocalMode"); {
+	case m == "":
+	case slices.Contains(backends.LocalDetectors, backends.LocalDetector(m)):
+		k.set("localDetector.mode", m)
 	default:
-		k.refuse("detectLocalMode", fmt.Sprintf("%q is not implemented by Weir (ClusterCIDR, NodeCIDR, InterfaceNamePrefix)", m))
+		k.refuse("detectLocalMode", fmt.Sprintf("%q is not implemented by Weir (%s)", m,
+			strings.Join(texts(backends.LocalDetectors), ", ")))
 	}
 	k.setIf("detectLocal.interfaceNamePrefix", "localDetector.interfaceNamePrefix")
 	if !zero(k.get("detectLocal.bridgeInterface")) {
@@ -291,7 +293,7 @@ func (k *kubeProxy) ignored() {
 		"windowsRunAsService":         "Windows only",
 	}
 	for _, f := range slices.Sorted(maps.Keys(why)) {
-		if !zero(k.get(f)) && !(f == "configSyncPeriod" && k.str(f) == "15m0s") {
+		if !zero(k.get(f)) && (f != "configSyncPeriod" || k.str(f) != "15m0s") {
 			k.warn(f, "ignored: "+why[f])
 		}
 	}

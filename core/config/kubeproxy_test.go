@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weirproxy/weir/backends"
 )
 
 // kubeadmConfig is the config.conf of the kube-proxy ConfigMap kubeadm
@@ -73,7 +75,7 @@ logging: {format: json, verbosity: 4}
 		"healthzBindAddress": c.HealthzBindAddress == "0.0.0.0:10256",
 		"metricsBindAddress": c.MetricsBindAddress == "127.0.0.1:10999",
 		"nodePortAddresses":  c.NodePortAddresses.Primary,
-		"localDetector":      c.LocalDetector == LocalDetectorConfig{Mode: LocalDetectInterfaceNamePrefix, InterfaceNamePrefix: "veth"},
+		"localDetector":      c.LocalDetector == LocalDetectorConfig{Mode: backends.DetectInterfaceNamePrefix, InterfaceNamePrefix: "veth"},
 		"masqueradeAll":      c.MasqueradeAll,
 		"localhostNodePorts": !c.LocalhostNodePorts,
 		"ipvs sync periods":  c.SyncPeriod == 45*time.Second && c.MinSyncPeriod == 2*time.Second,

@@ -15,6 +15,7 @@ import (
 	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/internal/sysctl"
 )
 
@@ -203,8 +204,9 @@ func (l *loader) decode() *Config {
 	l.decodePlugins(c)
 	c.Warnings = l.warnings
 	const prefixKey = "localDetector.interfaceNamePrefix"
-	if c.LocalDetector.Mode == LocalDetectInterfaceNamePrefix && c.LocalDetector.InterfaceNamePrefix == "" && !failed[prefixKey] {
-		l.errs = append(l.errs, l.valueError(prefixKey, &bad{"", allowedIfPrefix + " (localDetector.mode is InterfaceNamePrefix)"}))
+	if c.LocalDetector.Mode == backends.DetectInterfaceNamePrefix && c.LocalDetector.InterfaceNamePrefix == "" && !failed[prefixKey] {
+		l.errs = append(l.errs, l.valueError(prefixKey,
+			&bad{"", fmt.Sprintf("%s (localDetector.mode is %s)", allowedIfPrefix, backends.DetectInterfaceNamePrefix)}))
 	}
 	return c
 }

@@ -1,145 +1,91 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
-)
 
-// Plugin is one hook plugin entry of the plugins list.
-type Plugin struct {
-	// Name identifies the plugin in logs and metrics; unique in the list.
-	Name string
-	// Path is the plugin's .wasm file.
-	Path string
-	// SHA256 pins the file's content (64 hex digits); empty leaves it unpinned.
-	SHA256 string
-	// Config is handed to the plugin as JSON; any YAML value, nil when unset.
-	Config any
-	// FailurePolicy is "open" (a failing plugin's input is used unchanged)
-	// or "closed" (the services keep their last good rules).
-	FailurePolicy string
-	// Timeout bounds one call into the plugin.
-	Timeout time.Duration
-	// MemoryLimit caps the plugin's memory in bytes.
-	MemoryLimit uint64
-	// Namespaces, when set, limits the plugin to services in them.
-	Namespaces []string
-	// Selector, when set, limits the plugin to services whose labels match
-	// it (kubectl's label selector syntax).
-	Selector string
-	// Annotations, when set, limits the plugin to services carrying at
-	// least one of these annotation keys.
-	Annotations []string
-}
-
-// Plugin defaults and bounds.
-const (
-	defaultPluginTimeout = 100 * time.Millisecond
-	defaultPluginMemory  = 64 << 20
-	minPluginMemory      = 64 << 16 // 64 WebAssembly pages
-	maxPluginMemory      = 4 << 30  // the wasm32 address space
+	"github.com/weirproxy/weir/hooks"
 )
 
 // pluginKeys are the keys of one plugins entry, in the order docs list them.
 var pluginKeys = []string{"name", "path", "sha256", "config", "failurePolicy", "timeout", "memoryLimit", "match"}
 
-var (
-	pluginName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-	sha256Hex  = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
-)
+// matchKeys are the keys of an entry's match section.
+var matchKeys = []string{"namespaces", "selector", "annotations"}
 
-const (
-	allowedPluginName = "a unique name of lower-case letters, digits and '-', at most 63 characters, such as zone-preference"
-	allowedPluginPath = "the path of the plugin's .wasm file"
-	allowedSHA256     = "the file's SHA-256 as 64 hex digits (sha256sum prints it), or leave it out"
-	// A pin of decimal digits only (64 zeros, say) is a number to YAML
-	// unless quoted; the message must say why it shows what YAML read.
-	allowedQuotedSHA256 = `the file's SHA-256 as 64 hex digits in quotes (sha256: "..."): YAML read the unquoted value as the number `
-	allowedPolicy       = "open or closed"
-	allowedTimeout      = "a duration between 1ms and 10s, such as 100ms"
-	allowedMemory       = "a size between 4Mi and 4Gi, such as 64Mi"
-	allowedNamespaces   = "a list of namespace names"
-	allowedSelector     = "a label selector such as app=web,tier!=db or 'env in (prod, staging)'"
-	allowedAnnotations  = "a list of annotation keys such as canary.weir.dev/split"
-	allowedPluginMatch  = "a mapping with the keys namespaces, selector, annotations"
-)
+// A pin of decimal digits only (64 zeros, say) is a number to YAML unless
+// quoted; the message must say why it shows what YAML read.
+const allowedQuotedSHA256 = `the file's SHA-256 as 64 hex digits in quotes (sha256: "..."): YAML read the unquoted value as the number `
 
-// pluginField is a bad value at one key of one plugins entry.
-type pluginField struct {
-	key string
-	bad *bad
+var allowedPluginMatch = allowedSection + strings.Join(matchKeys, ", ")
+
+// pluginEntry is one plugins entry being read: the values as written, the
+// plugin's configuration read from them, and the problems found, by key
+// relative to the entry ("timeout", "match.selector").
+//
+// This package only reads the YAML; what a value may be is hooks.Check's
+// to say, and what a key accepts hooks.Allowed's.
+type pluginEntry struct {
+	raw      map[string]any
+	cfg      hooks.Config
+	problems map[string]*bad
 }
 
-// decodePlugin validates one plugins entry; problems name their key
-// relative to the entry.
-func decodePlugin(raw map[string]any) (Plugin, []pluginField, []string) {
-	p := Plugin{FailurePolicy: "open", Timeout: defaultPluginTimeout, MemoryLimit: defaultPluginMemory}
-	var errs []pluginField
-	fail := func(key string, value any, allowed string) {
-		errs = append(errs, pluginField{key, &bad{show(value), allowed}})
+// readPlugin reads one plugins entry, noting the values it cannot read.
+func readPlugin(raw map[string]any) *pluginEntry {
+	e := &pluginEntry{raw: raw, problems: map[string]*bad{}}
+	e.cfg = hooks.Config{
+		Name:          e.text("name"),
+		Path:          e.text("path"),
+		SHA256:        e.sha256(),
+		Config:        raw["config"],
+		FailurePolicy: hooks.Policy(e.text("failurePolicy")),
+		Timeout:       e.timeout(),
+		MemoryLimit:   e.memoryLimit(),
 	}
-	var unknown []string
-	for _, k := range slices.Sorted(maps.Keys(raw)) {
-		if !slices.Contains(pluginKeys, k) {
-			unknown = append(unknown, k)
-		}
+	e.readMatch()
+	return e
+}
+
+// value returns the value written at key, which may be one of the match
+// section's ("match.selector").
+func (e *pluginEntry) value(key string) any {
+	if sub, ok := strings.CutPrefix(key, "match."); ok {
+		m, _ := e.raw["match"].(map[string]any)
+		return m[sub]
 	}
-	if s, ok := scalar(raw["name"]); !ok || !pluginName.MatchString(s) {
-		fail("name", raw["name"], allowedPluginName)
-	} else {
-		p.Name = s
+	return e.raw[key]
+}
+
+// fail notes that the value at key is not allowed.
+func (e *pluginEntry) fail(key, allowed string) {
+	e.problems[key] = &bad{show(e.value(key)), allowed}
+}
+
+// text reads a single value; "" when it is absent or cannot be read.
+func (e *pluginEntry) text(key string) string {
+	v := e.value(key)
+	s, ok := scalar(v)
+	if !ok && v != nil {
+		e.fail(key, hooks.Allowed(key))
 	}
-	if s, ok := scalar(raw["path"]); !ok || s == "" {
-		fail("path", raw["path"], allowedPluginPath)
-	} else {
-		p.Path = s
+	return s
+}
+
+// sha256 reads the pin, which YAML may have read as a number.
+func (e *pluginEntry) sha256() string {
+	if v := e.raw["sha256"]; isNumber(v) {
+		e.fail("sha256", allowedQuotedSHA256+fmt.Sprint(v))
+		return ""
 	}
-	if v, ok := raw["sha256"]; ok && v != nil {
-		s, ok := scalar(v)
-		switch {
-		case isNumber(v):
-			fail("sha256", v, allowedQuotedSHA256+fmt.Sprint(v))
-		case !ok || !sha256Hex.MatchString(s):
-			fail("sha256", v, allowedSHA256)
-		default:
-			p.SHA256 = strings.ToLower(s)
-		}
-	}
-	p.Config = raw["config"]
-	if v, ok := raw["failurePolicy"]; ok && v != nil {
-		if s, _ := scalar(v); s == "open" || s == "closed" {
-			p.FailurePolicy = s
-		} else {
-			fail("failurePolicy", v, allowedPolicy)
-		}
-	}
-	if v, ok := raw["timeout"]; ok && v != nil {
-		s, _ := scalar(v)
-		d, err := time.ParseDuration(s)
-		if err != nil || d < time.Millisecond || d > 10*time.Second {
-			fail("timeout", v, allowedTimeout)
-		} else {
-			p.Timeout = d
-		}
-	}
-	if v, ok := raw["memoryLimit"]; ok && v != nil {
-		s, _ := scalar(v)
-		q, err := resource.ParseQuantity(s)
-		if err != nil || q.Value() < minPluginMemory || q.Value() > maxPluginMemory {
-			fail("memoryLimit", v, allowedMemory)
-		} else {
-			p.MemoryLimit = uint64(q.Value())
-		}
-	}
-	errs = append(errs, decodeMatch(&p, raw["match"])...)
-	return p, errs, unknown
+	return e.text("sha256")
 }
 
 // isNumber reports whether YAML read raw as a number.
@@ -151,68 +97,121 @@ func isNumber(raw any) bool {
 	return false
 }
 
-// decodeMatch validates an entry's match section.
-func decodeMatch(p *Plugin, raw any) []pluginField {
+// timeout reads the timeout; 0 when it is absent. A written value must be
+// positive: hooks.Config takes 0 for its default, and a file asks for that
+// by leaving the key out.
+func (e *pluginEntry) timeout() time.Duration {
+	if e.raw["timeout"] == nil {
+		return 0
+	}
+	d, err := time.ParseDuration(e.text("timeout"))
+	if err != nil || d <= 0 {
+		e.fail("timeout", hooks.Allowed("timeout"))
+		return 0
+	}
+	return d
+}
+
+// memoryLimit reads the memory limit, a quantity such as 64Mi; 0 when it is
+// absent. A written value must be positive, as a timeout must.
+func (e *pluginEntry) memoryLimit() uint64 {
+	if e.raw["memoryLimit"] == nil {
+		return 0
+	}
+	q, err := resource.ParseQuantity(e.text("memoryLimit"))
+	if err != nil || q.Value() <= 0 {
+		e.fail("memoryLimit", hooks.Allowed("memoryLimit"))
+		return 0
+	}
+	return uint64(q.Value())
+}
+
+// readMatch reads the match section.
+func (e *pluginEntry) readMatch() {
+	raw := e.raw["match"]
 	if raw == nil {
-		return nil
+		return
 	}
 	m, ok := raw.(map[string]any)
 	if !ok {
-		return []pluginField{{"match", &bad{show(raw), allowedPluginMatch}}}
+		e.fail("match", allowedPluginMatch)
+		return
 	}
-	var errs []pluginField
-	for k, v := range m {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		switch k {
 		case "namespaces":
-			ns, ok := list(v)
-			if !ok || slices.ContainsFunc(ns, func(n string) bool { return !dnsLabel.MatchString(n) }) {
-				errs = append(errs, pluginField{"match.namespaces", &bad{show(v), allowedNamespaces}})
-				continue
-			}
-			p.Namespaces = ns
+			e.cfg.Match.Namespaces = e.list("match.namespaces", false)
 		case "annotations":
-			keys, ok := list(v)
-			if !ok || len(keys) == 0 || slices.ContainsFunc(keys, func(k string) bool { return strings.ContainsAny(k, " \t=") }) {
-				errs = append(errs, pluginField{"match.annotations", &bad{show(v), allowedAnnotations}})
-				continue
-			}
-			p.Annotations = keys
+			// An empty list would send the plugin every service.
+			e.cfg.Match.Annotations = e.list("match.annotations", true)
 		case "selector":
-			s, ok := scalar(v)
-			if _, err := labels.Parse(s); !ok || err != nil {
-				errs = append(errs, pluginField{"match.selector", &bad{show(v), allowedSelector}})
-				continue
-			}
-			p.Selector = s
+			e.cfg.Match.Selector = e.selector()
 		default:
-			errs = append(errs, pluginField{"match." + k, &bad{show(v), allowedPluginMatch}})
+			e.fail("match."+k, allowedPluginMatch)
 		}
 	}
-	slices.SortFunc(errs, func(a, b pluginField) int { return strings.Compare(a.key, b.key) })
-	return errs
 }
 
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-
-// decodePlugins validates every plugins entry into c.Plugins.
-func (l *loader) decodePlugins(c *Config) {
-	seen := map[string]int{}
-	for i, raw := range c.pluginEntries {
-		p, errs, unknown := decodePlugin(raw)
-		prefix := fmt.Sprintf("plugins[%d].", i)
-		for _, k := range unknown {
-			l.errs = append(l.errs, &Error{Key: prefix + k, Allowed: strings.Join(pluginKeys, ", "),
-				Source: l.source("plugins"), kind: kindUnknownKey})
-		}
-		for _, e := range errs {
-			l.errs = append(l.errs, &Error{Key: prefix + e.key, Value: e.bad.value, Allowed: e.bad.allowed,
-				Source: l.source("plugins")})
-		}
-		if j, dup := seen[p.Name]; dup && p.Name != "" {
-			l.errs = append(l.errs, &Error{Key: prefix + "name", Value: p.Name, Source: l.source("plugins"),
-				Allowed: fmt.Sprintf("a name not used by another plugin (plugins[%d] has it)", j)})
-		}
-		seen[p.Name] = i
-		c.Plugins = append(c.Plugins, p)
+// list reads a list of names, which must not be empty when nonEmpty is set.
+func (e *pluginEntry) list(key string, nonEmpty bool) []string {
+	items, ok := list(e.value(key))
+	if !ok || nonEmpty && len(items) == 0 {
+		e.fail(key, hooks.Allowed(key))
+		return nil
 	}
+	return items
+}
+
+// selector reads a label selector in kubectl's syntax.
+func (e *pluginEntry) selector() labels.Selector {
+	s, ok := scalar(e.value("match.selector"))
+	sel, err := labels.Parse(s)
+	if !ok || err != nil {
+		e.fail("match.selector", hooks.Allowed("match.selector"))
+		return nil
+	}
+	return sel
+}
+
+// decodePlugins reads every plugins entry into c.Plugins, and has
+// hooks.Check judge the values that could be read.
+func (l *loader) decodePlugins(c *Config) {
+	entries := make([]*pluginEntry, len(c.pluginEntries))
+	for i, raw := range c.pluginEntries {
+		entries[i] = readPlugin(raw)
+		c.Plugins = append(c.Plugins, entries[i].cfg)
+	}
+	for _, fe := range hooks.Check(c.Plugins) {
+		if e := entries[fe.Index]; e.problems[fe.Key] == nil {
+			e.fail(fe.Key, fe.Allowed)
+		}
+	}
+	for i, e := range entries {
+		l.reportPlugin(i, e)
+	}
+}
+
+// reportPlugin records the problems of the i-th entry, with keys named
+// from the top of the file ("plugins[1].timeout").
+func (l *loader) reportPlugin(i int, e *pluginEntry) {
+	prefix, src := fmt.Sprintf("plugins[%d].", i), l.source("plugins")
+	for _, k := range slices.Sorted(maps.Keys(e.raw)) {
+		if !slices.Contains(pluginKeys, k) {
+			l.errs = append(l.errs, &Error{Key: prefix + k, Allowed: strings.Join(pluginKeys, ", "),
+				Source: src, kind: kindUnknownKey})
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(e.problems), byPluginKey) {
+		l.errs = append(l.errs, &Error{Key: prefix + k, Value: e.problems[k].value, Allowed: e.problems[k].allowed, Source: src})
+	}
+}
+
+// byPluginKey orders an entry's keys as pluginKeys does, and a section's
+// keys by name.
+func byPluginKey(a, b string) int {
+	rank := func(key string) int {
+		top, _, _ := strings.Cut(key, ".")
+		return slices.Index(pluginKeys, top)
+	}
+	return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(a, b))
 }

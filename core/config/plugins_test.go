@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/weirproxy/weir/hooks"
 )
 
 func TestPlugins(t *testing.T) {
@@ -32,16 +36,21 @@ func TestPlugins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Plugin{{
+	sel, err := labels.Parse("app in (web, api),tier!=db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Left out, failurePolicy, timeout and memoryLimit stay zero: the hooks
+	// fill in their defaults.
+	want := []hooks.Config{{
 		Name: "zone-preference", Path: "/var/lib/weir/plugins/zone-preference.wasm",
-		SHA256:        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		SHA256:        "0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef",
 		FailurePolicy: "closed", Timeout: 250 * time.Millisecond, MemoryLimit: 32 << 20,
-		Config:     map[string]any{"minEndpoints": 3, "zones": []any{"a", "b"}},
-		Namespaces: []string{"shop", "payments"}, Selector: "app in (web, api),tier!=db",
-		Annotations: []string{"zone-preference.weir.dev/min"},
+		Config: map[string]any{"minEndpoints": 3, "zones": []any{"a", "b"}},
+		Match: hooks.Match{Namespaces: []string{"shop", "payments"}, Selector: sel,
+			Annotations: []string{"zone-preference.weir.dev/min"}},
 	}, {
-		Name: "drain", Path: "drain.wasm", FailurePolicy: "open",
-		Timeout: 100 * time.Millisecond, MemoryLimit: 64 << 20,
+		Name: "drain", Path: "drain.wasm",
 	}}
 	if !reflect.DeepEqual(got.Plugins, want) {
 		t.Errorf("plugins\n got %#v\nwant %#v", got.Plugins, want)
