@@ -11,7 +11,7 @@ PKGS      := ./...
 GO_PLUGINS := canary zone-preference drain affinity
 RUSTC      ?= /usr/bin/rustc
 
-.PHONY: all build plugins test test-vm vm-tools demo bench bench-vm lint clean
+.PHONY: all build plugins test test-fast test-vm vm-tools demo bench bench-vm lint fuzz clean
 
 all: build
 
@@ -33,13 +33,19 @@ $(BIN)/plugins/local-boost.wasm: plugins/local-boost/src/lib.rs
 
 FORCE:
 
-## test: lint, then every test of both modules (kernel tests need root; under CI=true they never skip), then test-vm, e2e and a two-minute soak
+## test: lint, then every test of both modules (kernel tests need root; under CI=true they never skip), each fuzz target for 5 s, then test-vm, e2e and a two-minute soak
 test: lint plugins vm-tools
 	$(GO) test -count=1 -race $(PKGS)
 	cd sdk && $(GO) test -count=1 -race ./...
+	$(MAKE) fuzz FUZZTIME=5s
 	$(MAKE) test-vm
 	$(MAKE) e2e
 	$(MAKE) soak $(SOAK_SHORT)
+
+## test-fast: for everyday work, the unit tests of both modules with -short: no kernel, VM or control plane (kernel and VM tests skip even under CI=true); about a minute on two cores
+test-fast:
+	$(GO) test -short -count=1 $(PKGS)
+	cd sdk && $(GO) test -short -count=1 ./...
 
 # The modules the nftables backend's kernel tests load in the VM.
 NFT_MODULES := nf_tables,nf_conntrack,nf_nat,nft_chain_nat,nft_ct,nft_fib_inet,nft_fib_ipv4,nft_fib_ipv6,nft_numgen,nft_reject_inet,nft_masq,veth
@@ -107,14 +113,41 @@ bench-vm: vm-tools
 	$(GO) run ./hack/vmtest --timeout 60m --modules $(NFT_MODULES) $(BIN)/vm/nftables.test $(VM_BENCH) -test.bench 'FullSync10k|OneEndpointChange10k'
 	$(GO) run ./hack/vmtest --timeout 60m --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/ipvs.test $(VM_BENCH) -test.bench 'Sync10k'
 
-## lint: gofmt and go vet on both modules (and the VM-only test files)
-lint:
+# golangci-lint, pinned, built from the Go module proxy once into a cache
+# keyed by its version (about four minutes on two cores the first time).
+GOLANGCI_VERSION := v2.15.0
+TOOLS_CACHE      ?= $(HOME)/.cache/weir-tools
+GOLANGCI         := $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
+
+$(GOLANGCI):
+	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+
+## lint: gofmt, go vet and golangci-lint (.golangci.yml: staticcheck, unused, errcheck, errorlint, ineffassign) on both modules and every build tag, and the import-layering test
+lint: $(GOLANGCI)
 	@out=$$(gofmt -l .); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags vm ./backends/ipvs/ ./cmd/weir/
 	$(GO) vet -tags e2e ./test/e2e/...
 	cd sdk && $(GO) vet ./...
+	$(GOLANGCI) run ./...
+	cd sdk && $(GOLANGCI) run -c ../.golangci.yml ./...
+	$(GO) test -count=1 ./internal/layering/
+
+# The fuzz targets, as package:target; the sdk ones run in the sdk module.
+FUZZTIME    ?= 30s
+FUZZ_WEIR   := core/planner:FuzzPlan core/config:FuzzLoad core/config:FuzzKubeProxy \
+               core/source/files:FuzzDecodeFile core/source/files:FuzzFastYAML core/conntrack:FuzzParseEntry
+FUZZ_SDK    := abi:FuzzDecode abi:FuzzDecodeMutated abi:FuzzDecodeBatch
+
+## fuzz: each fuzz target for FUZZTIME (default 30s): the planner, the configuration loader (YAML and KubeProxyConfiguration), the files source's decoder, conntrack's parser and the plugin ABI's decoders; seeds in each package's testdata/fuzz
+fuzz:
+	@set -e; for t in $(FUZZ_WEIR); do \
+	  echo "fuzz $$t for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; done
+	@set -e; cd sdk && for t in $(FUZZ_SDK); do \
+	  echo "fuzz sdk/$$t for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; done
 
 clean:
 	rm -rf $(BIN)

@@ -45,6 +45,11 @@ import (
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
+var (
+	_ backends.Backend          = (*Backend)(nil)
+	_ backends.KubeProxyRemover = (*Backend)(nil)
+)
+
 // Backend is the iptables backend. It is safe for one caller at a time.
 type Backend struct {
 	mu   sync.Mutex

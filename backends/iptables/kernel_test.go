@@ -20,18 +20,19 @@ import (
 // Kernel tests: a real node namespace programmed by the backend with each
 // iptables flavour, pods that answer with their name, and real connections.
 
+// The pods of netns.ThreePods, which ktTopology builds.
 var (
-	ktPodA  = netip.MustParseAddr("10.244.0.11")
-	ktPodB  = netip.MustParseAddr("10.244.0.12")
-	ktPodC  = netip.MustParseAddr("10.244.0.13")
-	ktPodA6 = netip.MustParseAddr("fd00:10:244::11")
-	ktPodB6 = netip.MustParseAddr("fd00:10:244::12")
-	ktVIP   = netip.MustParseAddr("10.96.0.10")
-	ktVIP2  = netip.MustParseAddr("10.96.0.11")
-	ktVIP6  = netip.MustParseAddr("fd00:10:96::10")
+	ktPodA, ktPodB, ktPodC = netns.PodA, netns.PodB, netns.PodC
+	ktPodA6, ktPodB6       = netns.PodA6, netns.PodB6
 )
 
-const ktPort = 8080
+var (
+	ktVIP  = netip.MustParseAddr("10.96.0.10")
+	ktVIP2 = netip.MustParseAddr("10.96.0.11")
+	ktVIP6 = netip.MustParseAddr("fd00:10:96::10")
+)
+
+const ktPort = netns.PodPort
 
 // eachFlavour runs fn as a parallel subtest per flavour.
 func eachFlavour(t *testing.T, fn func(t *testing.T, fl string)) {
@@ -43,14 +44,11 @@ func eachFlavour(t *testing.T, fn func(t *testing.T, fl string)) {
 	}
 }
 
-// ktTopology builds a node with pods pod-a, pod-b (dual-stack) and pod-c.
+// ktTopology builds the three pods of netns.ThreePods, pod-a and pod-b
+// dual-stack.
 func ktTopology(t *testing.T) *netns.Topology {
 	t.Helper()
-	return netns.NewT(t, netns.Options{Pods: []netns.PodSpec{
-		{Name: "pod-a", IP: ktPodA, IP6: ktPodA6, Ports: []uint16{ktPort}},
-		{Name: "pod-b", IP: ktPodB, IP6: ktPodB6, Ports: []uint16{ktPort}},
-		{Name: "pod-c", IP: ktPodC, Ports: []uint16{ktPort}},
-	}})
+	return netns.NewThreePods(t, netns.DualStack("pod-a", "pod-b"))
 }
 
 // ktBackend creates a backend of flavour fl for the topology's node.

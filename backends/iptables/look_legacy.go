@@ -131,7 +131,7 @@ func getEntries(fd int, layout blobLayout, table string, info tableInfo) (*table
 	if err != nil {
 		return nil, fmt.Errorf("map %d bytes for table %s: %w", info.size, table, err)
 	}
-	defer unix.Munmap(buf)
+	defer func() { _ = unix.Munmap(buf) }() // cannot fail for a mapping Mmap made
 	copy(buf, table)
 	binary.NativeEndian.PutUint32(buf[32:], info.size)
 	if err := getsockopt(fd, layout.socketLevel, soGetEntries, buf); err != nil {

@@ -5,12 +5,14 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/internal/golden"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -90,7 +92,7 @@ func TestGoldenPartial(t *testing.T) {
 			changed := step.change(p)
 			r, w := renderPartial(ipv4, p, changed, prev, o)
 			text := restoreText(r)
-			goldenCompare(t, step.name+".golden", text)
+			golden.Compare(t, filepath.Join("testdata", step.name+".golden"), text)
 			// Only the changed service appears in the text.
 			for k := range base.Services {
 				if !slices.Contains(changed, k) && strings.Contains(text, servicePortName(k)) {
@@ -215,7 +217,7 @@ func TestGoldenPartialFollowsNodeAddresses(t *testing.T) {
 	p2 := p.Clone()
 	p2.Node.Addresses = addrs("192.168.0.3", "fd00::3")
 	r, w := renderPartial(ipv4, p2, nil, prev, o)
-	goldenCompare(t, "partial-node-addresses.golden", restoreText(r))
+	golden.Compare(t, filepath.Join("testdata", "partial-node-addresses.golden"), restoreText(r))
 	wantSameKernel(t, full, r, p2, o)
 	wantSameWritten(t, w, p2, o)
 }

@@ -296,7 +296,7 @@ func (r *familyReader) endpoint(sep string, affinity bool, d backends.Destinatio
 			r.anomaly("nat chain %s (for %s) translates to %q, not one address and port", sep, d, rule.value("--to-destination"))
 			return netip.AddrPort{}, false
 		}
-		if affinity && !(rule.flag("--set") && rule.value("--name") == sep) {
+		if affinity && (!rule.flag("--set") || rule.value("--name") != sep) {
 			r.anomaly("nat chain %s (for %s) does not record clients for session affinity", sep, d)
 		}
 		return ep, true

@@ -33,7 +33,8 @@ const nodePortsComment = "kubernetes service nodeports; NOTE: this must be the l
 type masqMode uint8
 
 const (
-	// masqNone marks nothing (no local traffic detector).
+	// masqNone marks nothing: no detector information (ClusterCIDR mode
+	// without cluster CIDRs).
 	masqNone masqMode = iota
 	// masqAll marks everything (masqueradeAll, or NodeCIDR before the
 	// node's podCIDRs are known).
@@ -63,7 +64,7 @@ type detection struct {
 // newDetection returns the detector options o ask for, in family f, for
 // the node as the plan describes it.
 func newDetection(f ipFamily, o *Options, node plan.Node) detection {
-	var d detection
+	d := detection{masq: masqNone} // until the detector below knows pods
 	var cidrs []netip.Prefix
 	switch o.Detector() {
 	case backends.DetectNodeCIDR:

@@ -1,40 +1,16 @@
 package iptables
 
 import (
-	"flag"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/internal/golden"
 	"github.com/weirproxy/weir/sdk/plan"
 )
-
-var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-// goldenCompare compares got with testdata/name, rewriting it with -update.
-func goldenCompare(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *updateGolden {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -run Golden -update to create it)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from the golden file; got:\n%s", name, got)
-	}
-}
 
 // goldEP is a ready endpoint serving Cluster-policy traffic.
 func goldEP(addr string, port uint16, weight uint32) plan.Endpoint {
@@ -218,7 +194,7 @@ func TestGoldenFull(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r, w := renderFull(c.f, c.p, c.o, c.existing)
-			goldenCompare(t, c.name+".golden", restoreText(r))
+			golden.Compare(t, filepath.Join("testdata", c.name+".golden"), restoreText(r))
 			k := fakeKernel{}
 			if c.existing != nil {
 				k.applyRestore(t, fakeExisting(c.existing))

@@ -137,8 +137,10 @@ func (h hand) flushRuleset() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	defer c.CloseLasting()
 	c.FlushRuleset()
+	if err := errors.Join(c.Flush(), c.CloseLasting()); err != nil {
+		h.t.Fatalf("flush the ruleset: %v", err)
+	}
 	if err := c.Flush(); err != nil {
 		h.t.Fatalf("flush ruleset: %v", err)
 	}

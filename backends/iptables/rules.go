@@ -258,6 +258,8 @@ func (r *renderer) clusterMasquerade(m *svcModel, chain string) {
 	for _, ip := range m.clusterIPs {
 		base := func() spec { return r.spec().comment(m.portName, " cluster IP").proto(m.proto).dst(ip).dport(m.port) }
 		switch r.det.masq {
+		case masqNone:
+			// Without a detector, cluster-IP traffic keeps its source.
 		case masqAll:
 			r.rule(chain, base().jump(kubeMarkMasq))
 		case masqNotPod:

@@ -1,70 +1,18 @@
-// Package ipvs programs Weir's plan into the kernel's IP Virtual Server
-// over generic netlink. Syncs go through a small client of our own
-// (genl.go) that pipelines: many acknowledged requests per write, many
-// acknowledgements per read; github.com/moby/ipvs, one round trip per
-// call, serves the graceful-termination loop.
+// Package ipvs programs Weir's plan into the kernel's IP Virtual Server:
+// one NAT virtual server per service address and port (cluster, external
+// and load-balancer IPs on the dummy interface "weir-ipvs0", node-port
+// addresses on their node ports) whose real servers are the plan's
+// endpoints with their weights, plus the iptables and ipset layer that
+// does what IPVS cannot (masquerading, source ranges, Local-policy drops,
+// the short circuit of node traffic to Local services), under Weir's own
+// WEIR-IPVS-* names.
 //
-// Every cluster, external and load-balancer IP sits as a host address on a
-// dummy interface (default "weir-ipvs0"), so the node accepts its packets;
-// each of those addresses, and each node-port address, gets one NAT
-// virtual server per service port whose real servers are the plan's
-// endpoints for that traffic, with the plan's weights.
-//
-// The backend remembers what it programmed. A partial sync sends only the
-// changes of the changed services and reads nothing back; a full sync
-// reads Weir's virtual servers, the interface's addresses and the ipsets
-// back from the kernel, removes strays, repairs drift, recreates what was
-// removed (the interface, an address, a set, a chain, a jump) and
-// replaces a set of the wrong type.
-// IPVS has no transactions: a failed sync may leave part of its changes
-// applied, so Sync follows it at once with a full sync, which converges
-// from whatever the kernel holds.
-//
-// ReadBack (readback.go) reads the whole layer back from the kernel alone
-// for weir verify and the soak checker: never on the sync path.
-//
-// A TCP real server that is no longer wanted is first set to weight 0 and
-// deleted once the kernel counts no connections for it, or after
-// Options.GracePeriod; a background loop checks every second while any
-// real server drains.
-//
-// An iptables layer, as in kube-proxy's IPVS mode but under Weir's own
-// names, does what IPVS cannot. Per family, ipsets describe the
-// destinations: WEIR-IPVS-CLUSTER-IP (cluster IP,proto:port),
-// WEIR-IPVS-EXTERNAL (every other destination: external and load-balancer
-// IPs, node-port addresses with their node ports), WEIR-IPVS-EXTERNAL-LOCAL
-// (those of externalTrafficPolicy Local services), WEIR-IPVS-HAIRPIN
-// (endpoint,proto:port,endpoint), WEIR-IPVS-DROP (Local-policy
-// destinations whose endpoints are all elsewhere), WEIR-IPVS-FIREWALL and
-// WEIR-IPVS-SOURCE-RANGES (load-balancer destinations with
-// loadBalancerSourceRanges, and the ranges they allow). They follow the
-// virtual servers over netlink: a partial sync adds and deletes the
-// changed services' entries, a full sync reads the sets back and
-// reconciles them. At each full sync one iptables-restore --noflush per
-// family rewrites the chains WEIR-IPVS-* (nat: masquerading; filter,
-// from INPUT: new connections refused by source ranges or by a Local
-// policy without local endpoints are dropped before IPVS sees them;
-// mangle: the short circuit below), and go-iptables adds any missing
-// jump. Cluster-IP packets from sources the local traffic detector does
-// not take for pods (all with MasqueradeAll, none without detector
-// information), packets to other destinations unless their service is
-// Local, the node's own connections from a service address, and hairpin
-// packets get the 0x4000 mark and are masqueraded in POSTROUTING, like
-// the other backends. The iptables flavour is the one the node already
-// uses (backends/internal/xtables, as in mode iptables), or
-// Options.Flavour.
-//
-// The short circuit (shortcircuit.go): connections the node or its pods
-// open to a Local service's external addresses reach all its cluster
-// endpoints, as in kube-proxy's iptables and nftables modes, through
-// one firewall-mark virtual server per service and family and one mangle
-// rule per external destination; those rules are rewritten (mangle table
-// only) at a partial sync that changes them.
-//
-// IPv6 service addresses are deprecated on the interface, so that source
-// selection never picks them for other destinations. Node ports are not
-// served on loopback addresses (localhostNodePorts does not apply), as in
-// kube-proxy's IPVS mode.
+// Syncs use a pipelining generic netlink client of this package (genl.go);
+// github.com/moby/ipvs supplies the message types and loads the ip_vs
+// module. IPVS has no transactions, so a failed sync is followed at once by
+// a full sync, which reads Weir's virtual servers, addresses and sets back
+// and converges from whatever the kernel holds. docs/architecture.md
+// describes the files, docs/semantics.md where each Service feature lives.
 package ipvs
 
 import (
@@ -93,8 +41,9 @@ type Backend struct {
 	opts Options
 	log  *slog.Logger
 	ipvs ipvsConn
-	// genl pipelines the syncs' changes and read-back; ipvs serves the
-	// graceful-termination loop.
+	// genl carries every sync, read-back and graceful termination; ipvs,
+	// moby/ipvs's handle, only loaded the ip_vs module when it opened (the
+	// VM kernel tests also use it to change IPVS behind the backend's back).
 	genl *genlConn
 	nl   *netlink.Handle
 	sets *setConn
@@ -270,6 +219,10 @@ func (b *Backend) deleteServers(scope func(vsKey) bool) error {
 	}
 	return applyBatch(b.genl, kernel, dels, b.now())
 }
+
+// Flavour returns the iptables flavour of the masquerade layer ("legacy"
+// or "nft"), resolved from Options.Flavour.
+func (b *Backend) Flavour() string { return b.masq.flavour }
 
 // Close stops the graceful-termination loop and releases the sockets.
 // Draining real servers stay at weight 0.

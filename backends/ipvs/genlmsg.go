@@ -86,11 +86,6 @@ func pad(b []byte) []byte {
 	return b
 }
 
-// putAttr appends one attribute and pads it to four bytes.
-func putAttr(b []byte, typ uint16, data []byte) []byte {
-	return pad(append(attrHeader(b, typ, len(data)), data...))
-}
-
 func putU16(b []byte, typ, v uint16) []byte {
 	return pad(native.AppendUint16(attrHeader(b, typ, 2), v))
 }

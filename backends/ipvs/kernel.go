@@ -104,11 +104,6 @@ func fromService(s *ipvs.Service) (vsKey, *virtualServer, bool) {
 	return vsKey{addr: a, proto: proto, port: s.Port}, vs, true
 }
 
-func toDestination(a netip.AddrPort, weight int32) *ipvs.Destination {
-	return &ipvs.Destination{Address: a.Addr().AsSlice(), Port: a.Port(), Weight: int(weight),
-		ConnectionFlags: ipvs.ConnectionFlagMasq, AddressFamily: family(a.Addr())}
-}
-
 func fromDestination(d *ipvs.Destination) (netip.AddrPort, bool) {
 	a, ok := netip.AddrFromSlice(d.Address)
 	if !ok {

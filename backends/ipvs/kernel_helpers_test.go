@@ -20,22 +20,17 @@ import (
 // Kernel tests need IPVS, which the host kernel lacks: they build only with
 // the vm tag and run inside the VM of `make test-vm`.
 
-var (
-	podA = netip.MustParseAddr("10.244.0.11")
-	podB = netip.MustParseAddr("10.244.0.12")
-	podC = netip.MustParseAddr("10.244.0.13")
-	vip  = netip.MustParseAddr("10.96.0.10")
-)
+// The pods of netns.ThreePods, the topology every kernel test here uses.
+var podA, podB, podC = netns.PodA, netns.PodB, netns.PodC
 
-const podPort = 8080
+var vip = netip.MustParseAddr("10.96.0.10")
 
+const podPort = netns.PodPort
+
+// newCluster builds the three pods' topology and a backend in its node.
 func newCluster(t *testing.T, opts Options) (*netns.Topology, *Backend) {
 	t.Helper()
-	topo := netns.NewT(t, netns.Options{Pods: []netns.PodSpec{
-		{Name: "pod-a", IP: podA, Ports: []uint16{podPort}},
-		{Name: "pod-b", IP: podB, Ports: []uint16{podPort}},
-		{Name: "pod-c", IP: podC, Ports: []uint16{podPort}},
-	}})
+	topo := netns.NewThreePods(t)
 	opts.NetNS = topo.Node.Fd()
 	b, err := New(opts)
 	if err != nil {
@@ -198,7 +193,9 @@ func dialHold(t *testing.T, ns *netns.Namespace, addr netip.AddrPort) *holdConn 
 // ask sends a line and returns the pod that answered.
 func (h *holdConn) ask(t *testing.T) string {
 	t.Helper()
-	h.conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if err := h.conn.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
+		t.Fatalf("deadline: %v", err)
+	}
 	if _, err := h.conn.Write([]byte("?\n")); err != nil {
 		t.Fatalf("write: %v", err)
 	}
@@ -212,6 +209,6 @@ func (h *holdConn) ask(t *testing.T) string {
 // reset closes the connection with a TCP reset, which IPVS expires in
 // seconds (a FIN would leave it in TIME_WAIT for two minutes).
 func (h *holdConn) reset() {
-	h.conn.SetLinger(0)
+	_ = h.conn.SetLinger(0) // on an open TCP connection it cannot fail
 	h.conn.Close()
 }

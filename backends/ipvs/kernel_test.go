@@ -4,6 +4,7 @@ package ipvs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -348,7 +349,7 @@ func TestKernelCleanupRemovesEverything(t *testing.T) {
 	b.mu.Lock()
 	_, err := b.nl.LinkByName(b.opts.Interface)
 	b.mu.Unlock()
-	if _, missing := err.(netlink.LinkNotFoundError); !missing {
+	if !errors.As(err, new(netlink.LinkNotFoundError)) {
 		t.Errorf("after Cleanup: interface %s: %v, want it gone", b.opts.Interface, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -359,11 +360,7 @@ func TestKernelCleanupRemovesEverything(t *testing.T) {
 }
 
 func TestKernelDualStack(t *testing.T) {
-	pod6 := func(i byte) netip.Addr { return netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x10, 0x02, 0x44, 15: i}) }
-	topo := netns.NewT(t, netns.Options{Pods: []netns.PodSpec{
-		{Name: "pod-a", IP: podA, IP6: pod6(0x11), Ports: []uint16{podPort}},
-		{Name: "pod-b", IP: podB, IP6: pod6(0x12), Ports: []uint16{podPort}},
-	}})
+	topo := netns.NewThreePods(t, netns.DualStack("pod-a", "pod-b"))
 	b, err := New(Options{Common: backendsCommon(topo.Node.Fd())})
 	if err != nil {
 		t.Fatal(err)
@@ -371,7 +368,7 @@ func TestKernelDualStack(t *testing.T) {
 	defer b.Close()
 	vip6 := netip.MustParseAddr("fd00:10:96::10")
 	web := service("web", plan.TCP, 80, 30080, []string{vip.String(), vip6.String()},
-		podEP(podA, 1), podEP(podB, 1), ep(pod6(0x11).String(), podPort, 1), ep(pod6(0x12).String(), podPort, 1))
+		podEP(podA, 1), podEP(podB, 1), ep(netns.PodA6.String(), podPort, 1), ep(netns.PodB6.String(), podPort, 1))
 	mustSync(t, b, testPlan(web), backends.FullSync())
 
 	answers := netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip6, 80), 20)

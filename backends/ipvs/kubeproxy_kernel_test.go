@@ -4,6 +4,7 @@ package ipvs
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net"
 	"net/netip"
@@ -50,7 +51,7 @@ func TestKernelRemovesKubeProxy(t *testing.T) {
 	b.mu.Lock()
 	_, err := b.nl.LinkByName(kubeProxyInterface)
 	b.mu.Unlock()
-	if _, missing := err.(netlink.LinkNotFoundError); !missing {
+	if !errors.As(err, new(netlink.LinkNotFoundError)) {
 		t.Errorf("after RemoveKubeProxy: interface %s: %v, want it gone", kubeProxyInterface, err)
 	}
 	for _, s := range sets {

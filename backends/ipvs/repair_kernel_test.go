@@ -295,7 +295,7 @@ func TestKernelXtablesLockHeld(t *testing.T) {
 	defer unix.Close(fd)
 	must(t, "take the xtables lock", unix.Flock(fd, unix.LOCK_EX))
 	var release sync.Once
-	unlock := func() { release.Do(func() { unix.Flock(fd, unix.LOCK_UN) }) }
+	unlock := func() { release.Do(func() { must(t, "release the xtables lock", unix.Flock(fd, unix.LOCK_UN)) }) }
 	// Should the sync wait for the lock without a bound, this releases it
 	// and the test fails on the time taken instead of hanging.
 	safety := time.AfterFunc(40*time.Second, unlock)

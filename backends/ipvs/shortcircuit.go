@@ -44,7 +44,7 @@ type markRule struct {
 }
 
 func (r markRule) compare(o markRule) int {
-	return vsKey{addr: r.addr, proto: r.proto, port: r.port, mark: r.mark}.compare(vsKey{addr: o.addr, proto: o.proto, port: o.port, mark: o.mark})
+	return vsKey(r).compare(vsKey(o))
 }
 
 // needsMark reports whether svc short-circuits: its external policy is

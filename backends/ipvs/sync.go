@@ -339,4 +339,7 @@ func firstOf(errs []error) error {
 	return first
 }
 
-var _ backends.Backend = (*Backend)(nil)
+var (
+	_ backends.Backend          = (*Backend)(nil)
+	_ backends.KubeProxyRemover = (*Backend)(nil)
+)

@@ -28,6 +28,7 @@ import (
 	"github.com/weirproxy/weir/core/source/files"
 	"github.com/weirproxy/weir/core/source/kubernetes"
 	"github.com/weirproxy/weir/hooks"
+	"github.com/weirproxy/weir/internal/kernelver"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -102,7 +103,7 @@ func newBackend(env *environment) (closingBackend, error) {
 	common := backends.Common{
 		ClusterCIDRs:  cfg.ClusterCIDRs,
 		MasqueradeAll: cfg.MasqueradeAll,
-		LocalDetector: backends.LocalDetector(cfg.LocalDetector.Mode),
+		LocalDetector: cfg.LocalDetector.Mode,
 		// Named like kube-proxy's --pod-interface-name-prefix.
 		PodInterfacePrefix: cfg.LocalDetector.InterfaceNamePrefix,
 		NodePortCIDRs:      cfg.NodePortAddresses.CIDRs,
@@ -143,12 +144,8 @@ func newBackend(env *environment) (closingBackend, error) {
 		if err != nil {
 			return nil, err
 		}
-		attrs := []any{"scheduler", cfg.IPVS.Scheduler, "interface", cfg.IPVS.Interface, "iptablesBackend", cfg.IPTables.Backend}
-		// The backend resolves "auto" itself; name the result if it tells.
-		if f, ok := any(be).(interface{ Flavour() string }); ok {
-			attrs = append(attrs, "flavour", f.Flavour())
-		}
-		env.log.Info("Using IPVS", attrs...)
+		env.log.Info("Using IPVS", "scheduler", cfg.IPVS.Scheduler, "interface", cfg.IPVS.Interface,
+			"iptablesBackend", cfg.IPTables.Backend, "flavour", be.Flavour())
 		return be, nil
 	}
 	return nil, fmt.Errorf("mode %q is unknown; use nftables, iptables or ipvs", cfg.Mode)
@@ -234,6 +231,10 @@ func runDaemon(env *environment) error {
 	}
 	env.log.Info("Starting Weir", "version", version, "mode", env.cfg.Mode, "node", env.cfg.NodeName,
 		"source", env.cfg.Source.Kind, "path", env.cfg.Source.Path, "plugins", len(env.cfg.Plugins))
+	if err := kernelver.Supported(); err != nil {
+		env.log.Warn("This kernel is not one Weir supports; it may refuse or mis-handle rules", "error", err,
+			"minimum", kernelver.Minimum)
+	}
 	err = p.Run(ctx, prefetched, runner.Options{MinInterval: env.cfg.MinSyncPeriod, MaxInterval: env.cfg.SyncPeriod})
 	env.log.Info("Stopping Weir; the rules stay in place")
 	return err
@@ -430,7 +431,7 @@ func runCleanup(env *environment) error {
 		configured := m.mode == env.cfg.Mode && (m.flavour == "" || env.cfg.IPTables.Backend == m.flavour ||
 			(env.cfg.IPTables.Backend == "auto" && !succeeded(errs, m.mode)))
 		switch {
-		case err == errSkipped:
+		case errors.Is(err, errSkipped):
 		case err == nil:
 			env.log.Info("Removed Weir's rules", "mode", m.mode, "flavour", m.flavour)
 		case configured:

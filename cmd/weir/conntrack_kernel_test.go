@@ -37,7 +37,7 @@ ports: [{name: dns, protocol: UDP, port: 8080}]
 endpoints:
 `
 	for _, p := range pods {
-		for _, spec := range demoPods {
+		for _, spec := range netns.ThreePods() {
 			if spec.Name == p {
 				s += fmt.Sprintf("  - {addresses: [%s], conditions: {ready: true}, nodeName: %s}\n", spec.IP, demoNode)
 			}
@@ -55,7 +55,7 @@ endpoints:
 func TestKernelRestartKeepsUDPFlows(t *testing.T) {
 	netns.RequireRoot(t)
 	weir := buildWeir(t)
-	topo := netns.NewT(t, netns.Options{Pods: demoPods[:2]})
+	topo := netns.NewThreePods(t)
 	dir := t.TempDir()
 	manifest := filepath.Join(dir, "dns.yaml")
 	if err := os.WriteFile(manifest, []byte(dnsManifest("pod-a", "pod-b")), 0o644); err != nil {

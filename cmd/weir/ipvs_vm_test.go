@@ -72,7 +72,7 @@ func TestVMIPVS(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(ipvsManifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	topo := netns.NewThreePods(t)
 	const ifName = "weir-test0"
 	out := weirInVM(t, topo.Node, "sync", "--once", "--source-path", dir, "--node-name", demoNode,
 		"--mode", "ipvs", "--ipvs-scheduler", "wrr", "--ipvs-interface", ifName, "--iptables-backend", "legacy")

@@ -21,20 +21,12 @@ import (
 	"github.com/weirproxy/weir/test/netns"
 )
 
-// The demo's cluster: examples/demo/*.yaml describe these pods.
-const (
-	demoNode    = "weir-demo-node"
-	demoPodPort = 8080
-)
+// The demo's cluster is netns.ThreePods on node demoNode:
+// examples/demo/*.yaml describe those pods.
+const demoNode = "weir-demo-node"
 
-var (
-	demoPods = []netns.PodSpec{
-		{Name: "pod-a", IP: netip.MustParseAddr("10.244.0.11"), Ports: []uint16{demoPodPort}},
-		{Name: "pod-b", IP: netip.MustParseAddr("10.244.0.12"), Ports: []uint16{demoPodPort}},
-		{Name: "pod-c", IP: netip.MustParseAddr("10.244.0.13"), Ports: []uint16{demoPodPort}},
-	}
-	webVIP = netip.MustParseAddrPort("10.96.0.10:80")
-)
+// webVIP is the demo's web service.
+var webVIP = netip.MustParseAddrPort("10.96.0.10:80")
 
 // TestKernelDemo runs the weir binary against the demo manifests in a node
 // namespace and sends real connections to the ClusterIP from a client.
@@ -42,7 +34,7 @@ func TestKernelDemo(t *testing.T) {
 	netns.RequireRoot(t)
 	weir := buildWeir(t)
 	dir := copyDemo(t)
-	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	topo := netns.NewThreePods(t)
 	sourceArgs := []string{"--source-path", dir, "--node-name", demoNode}
 
 	// sync --once programs the rules and exits.
@@ -317,7 +309,7 @@ func TestKernelDemoIPTables(t *testing.T) {
 	dir := copyDemo(t)
 	for _, flavour := range []string{"nft", "legacy"} {
 		t.Run(flavour, func(t *testing.T) {
-			topo := netns.NewT(t, netns.Options{Pods: demoPods})
+			topo := netns.NewThreePods(t)
 			args := []string{"--source-path", dir, "--node-name", demoNode, "--mode", "iptables", "--iptables-backend", flavour}
 			runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, args...)...)
 			netns.WantPods(t, "after weir sync --once", netns.DialMany(t, topo.Client, webVIP, 60), "pod-a", "pod-b", "pod-c")

@@ -2,14 +2,12 @@ package main
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+	"github.com/weirproxy/weir/internal/golden"
+)
 
 // invoke runs the command in-process and returns its exit code and output.
 func invoke(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -87,19 +85,7 @@ func TestPlanGolden(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("weir plan: exit %d\nstderr:\n%s", code, stderr)
 	}
-	golden := filepath.Join("testdata", "plan.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(stdout), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if stdout != string(want) {
-		t.Errorf("weir plan printed:\n%s\nwant (%s):\n%s", stdout, golden, want)
-	}
+	golden.Compare(t, filepath.Join("testdata", "plan.golden"), stdout)
 	for _, bad := range []string{"WARN", "ERROR"} {
 		if strings.Contains(stderr, "level="+bad) {
 			t.Errorf("weir plan logged a %s on clean input:\n%s", bad, stderr)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -53,7 +54,7 @@ func TestKernelClosedPluginFailureKeepsRulesAcrossRestarts(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			dir := copyDemo(t)
 			annotate(t, filepath.Join(dir, "web.yaml"), "hostile.weir.dev/act", `"true"`)
-			topo := netns.NewT(t, netns.Options{Pods: demoPods})
+			topo := netns.NewThreePods(t)
 			args := []string{"sync", "--once", "--mode", mode, "--source-path", dir, "--node-name", demoNode}
 			runWeir(t, topo.Node, weir, append(args, "--config", hostileConfig(t, plugin, "report"))...)
 			netns.WantPods(t, "after a sync with a working plugin", netns.DialMany(t, topo.Client, webVIP, 60), "pod-a", "pod-b", "pod-c")
@@ -84,7 +85,7 @@ func TestKernelConflictingServicesDoNotBlockOthers(t *testing.T) {
 			// web-nodeport (nodePort 30080) is older; the copy, created
 			// later, claims its node port and web's cluster IP and port.
 			writeFile(t, filepath.Join(dir, "conflict.yaml"), conflictManifest)
-			topo := netns.NewT(t, netns.Options{Pods: demoPods})
+			topo := netns.NewThreePods(t)
 			out, err := weirOutput(topo.Node, weir, "sync", "--once", "--mode", mode, "--source-path", dir, "--node-name", demoNode)
 			if err != nil {
 				t.Fatalf("sync --once with conflicting services: %v\n%s", err, out)
@@ -183,7 +184,7 @@ func exitCode(err error) int {
 	if err == nil {
 		return 0
 	}
-	if e, ok := err.(*exec.ExitError); ok {
+	if e := new(exec.ExitError); errors.As(err, &e) {
 		return e.ExitCode()
 	}
 	return -1

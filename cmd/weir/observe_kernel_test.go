@@ -29,7 +29,7 @@ func TestKernelHealthAndMetrics(t *testing.T) {
 	netns.RequireRoot(t)
 	weir := buildWeir(t)
 	dir := copyDemo(t)
-	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	topo := netns.NewThreePods(t)
 	d := startDaemon(t, topo.Node, weir, "run", "--min-sync-period", "0s", "--source-path", dir, "--node-name", demoNode,
 		"--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0")
 	healthAddr := waitServing(t, d, "healthzBindAddress")

@@ -61,7 +61,7 @@ func TestKernelPluginWeights(t *testing.T) {
 	netns.RequireRoot(t)
 	weir := buildWeir(t)
 	dir, cfg, _ := canaryDemo(t)
-	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	topo := netns.NewThreePods(t)
 	runWeir(t, topo.Node, weir, "sync", "--once", "--config", cfg, "--source-path", dir, "--node-name", demoNode)
 	const n = 1000
 	got := netns.Tally(netns.DialMany(t, topo.Client, webVIP, n))
@@ -136,7 +136,7 @@ func TestKernelPluginHotReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	replaceFile(t, pluginPath, buildPlugin(t, "affinity"))
-	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	topo := netns.NewThreePods(t)
 	d := startDaemon(t, topo.Node, weir, "run", "--config", cfg, "--source-path", dir, "--node-name", demoNode,
 		"--min-sync-period", "0s")
 	waitAnswer(t, d, topo.Client, webVIP)

@@ -155,7 +155,7 @@ func TestKernelFolderRemovedKeepsRules(t *testing.T) {
 	netns.RequireRoot(t)
 	weir := buildWeir(t)
 	dir := copyDemo(t)
-	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	topo := netns.NewThreePods(t)
 	d := startDaemon(t, topo.Node, weir, "run", "--min-sync-period", "0s", "--source-path", dir,
 		"--node-name", demoNode, "--healthz-bind-address", "", "--metrics-bind-address", "")
 	waitAnswer(t, d, topo.Client, webVIP)

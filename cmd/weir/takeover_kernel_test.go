@@ -39,7 +39,7 @@ func TestKernelTakeover(t *testing.T) {
 	netns.RequireRoot(t)
 	weir := buildWeir(t)
 	dir := copyDemo(t)
-	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	topo := netns.NewThreePods(t)
 	for _, s := range staleKubeProxy {
 		args := []string{"-f", "-"}
 		if s.tool != "nft" {

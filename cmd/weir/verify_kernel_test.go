@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -25,7 +26,7 @@ func verifyOutput(t *testing.T, ns *netns.Namespace, weir string, args ...string
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := new(exec.ExitError); errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("weir verify: %v", err)
@@ -43,7 +44,7 @@ func TestKernelVerify(t *testing.T) {
 	netns.RequireRoot(t)
 	weir := buildWeir(t)
 	dir := copyDemo(t)
-	topo := netns.NewT(t, netns.Options{Pods: demoPods})
+	topo := netns.NewThreePods(t)
 	args := []string{"--source-path", dir, "--node-name", demoNode}
 	runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, args...)...)
 
@@ -103,7 +104,7 @@ func TestKernelVerifyIPTables(t *testing.T) {
 	dir := copyDemo(t)
 	for _, flavour := range []string{"nft", "legacy"} {
 		t.Run(flavour, func(t *testing.T) {
-			topo := netns.NewT(t, netns.Options{Pods: demoPods})
+			topo := netns.NewThreePods(t)
 			args := []string{"--source-path", dir, "--node-name", demoNode, "--mode", "iptables", "--iptables-backend", flavour}
 			runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, args...)...)
 			if code, out := verifyOutput(t, topo.Node, weir, args...); code != 0 || !strings.Contains(out, "iptables: 2 services, 4 destinations: the kernel matches the plan") {

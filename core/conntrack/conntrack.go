@@ -203,7 +203,11 @@ func (c *Cleaner) sweep(ctx context.Context, what string, wanted func(tuple) boo
 		return Deleted{}, []error{err}
 	}
 	defer conn.close()
-	defer conn.bind(ctx)()
+	release, err := conn.bind(ctx)
+	if err != nil {
+		return Deleted{}, []error{err}
+	}
+	defer release()
 
 	var matches []match
 	var malformed error

@@ -173,8 +173,15 @@ func (k *fakeKernel) serve(fd int) {
 			k.mu.Lock()
 			k.writes++
 			k.mu.Unlock()
-			unix.Write(fd, acks)
+			k.send(fd, acks)
 		}
+	}
+}
+
+// send writes one answer to the socket; a failed write fails the test.
+func (k *fakeKernel) send(fd int, b []byte) {
+	if _, err := unix.Write(fd, b); err != nil {
+		k.t.Errorf("fake kernel: write an answer: %v", err)
 	}
 }
 
@@ -187,20 +194,20 @@ func (k *fakeKernel) dump(fd int, m syscall.NetlinkMessage) {
 	}
 	seq := m.Header.Seq
 	if k.dumpErr != 0 {
-		unix.Write(fd, nlmsg(unix.NLMSG_ERROR, 0, seq, append(errnoBytes(k.dumpErr), make([]byte, 16)...)))
+		k.send(fd, nlmsg(unix.NLMSG_ERROR, 0, seq, append(errnoBytes(k.dumpErr), make([]byte, 16)...)))
 		return
 	}
 	// A late answer to an earlier request comes first; it must be ignored.
-	unix.Write(fd, nlmsg(unix.NFNL_SUBSYS_CTNETLINK<<8, unix.NLM_F_MULTI, seq-1, k.entries[0].payload()))
+	k.send(fd, nlmsg(unix.NFNL_SUBSYS_CTNETLINK<<8, unix.NLM_F_MULTI, seq-1, k.entries[0].payload()))
 	var out []byte
 	for i, e := range k.entries {
 		out = append(out, nlmsg(unix.NFNL_SUBSYS_CTNETLINK<<8, unix.NLM_F_MULTI, seq, e.payload())...)
 		if (i+1)%max(k.perRead, 1) == 0 {
-			unix.Write(fd, out)
+			k.send(fd, out)
 			out = nil
 		}
 	}
-	unix.Write(fd, append(out, nlmsg(unix.NLMSG_DONE, unix.NLM_F_MULTI, seq, make([]byte, 4))...))
+	k.send(fd, append(out, nlmsg(unix.NLMSG_DONE, unix.NLM_F_MULTI, seq, make([]byte, 4))...))
 }
 
 // delete finds the entry a delete request names and returns its ack.

@@ -97,7 +97,11 @@ func entries(t *testing.T, ns *netns.Namespace) []string {
 		t.Fatal(err)
 	}
 	defer c.close()
-	defer c.bind(testCtx(t))()
+	release, err := c.bind(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
 	var out []string
 	_, err = c.dump(func(b []byte) {
 		e, ok, err := parseEntry(b, func(tuple) bool { return true })

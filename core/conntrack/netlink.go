@@ -92,12 +92,17 @@ func socketIn(nsFd int) (int, error) {
 }
 
 // bind makes ctx's deadline and cancellation interrupt the socket's reads
-// and writes until the returned function is called.
-func (c *conn) bind(ctx context.Context) (release func()) {
+// and writes until the returned function is called. It fails when the
+// socket takes no deadline (it is not in the runtime's poller).
+func (c *conn) bind(ctx context.Context) (release func(), err error) {
 	d, _ := ctx.Deadline()
-	c.f.SetDeadline(d)
-	stop := context.AfterFunc(ctx, func() { c.f.SetDeadline(time.Unix(1, 0)) })
-	return func() { stop() }
+	if err := c.f.SetDeadline(d); err != nil {
+		return nil, fmt.Errorf("conntrack: netlink socket deadline: %w", err)
+	}
+	// A deadline in the past wakes blocked calls; it cannot fail where the
+	// first one succeeded.
+	stop := context.AfterFunc(ctx, func() { _ = c.f.SetDeadline(time.Unix(1, 0)) })
+	return func() { stop() }, nil
 }
 
 // header is a netlink message header followed by a struct nfgenmsg.

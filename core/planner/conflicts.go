@@ -155,10 +155,19 @@ func (c *Claims) insert(cl claim, me claimant) {
 func (c *Claims) Resolve(s *plan.Service) (*plan.Service, []Problem) {
 	var lost []claim
 	var problems []Problem
+	keepHealthCheck := false
 	for _, cl := range c.byKey[s.Key] {
 		winner := c.byClaim[cl][0]
-		if winner.key == s.Key || sharedHealthCheck(s, winner.key, cl) {
+		if winner.key == s.Key {
 			continue
+		}
+		if sharedHealthCheck(s, winner.key, cl) {
+			// Only a node port equal to the shared health check node port is
+			// lost: another port of the Service holds it.
+			if cl.port != s.NodePort || s.Key.Protocol != plan.TCP {
+				continue
+			}
+			keepHealthCheck = true
 		}
 		lost = append(lost, cl)
 		problems = append(problems, Problem{
@@ -170,7 +179,11 @@ func (c *Claims) Resolve(s *plan.Service) (*plan.Service, []Problem) {
 	if len(lost) == 0 {
 		return s, nil
 	}
-	return without(s, lost), problems
+	out := without(s, lost)
+	if keepHealthCheck {
+		out.HealthCheckNodePort = s.HealthCheckNodePort
+	}
+	return out, problems
 }
 
 // sharedHealthCheck reports whether cl is the health check node port of s,

@@ -1,7 +1,6 @@
 package planner_test
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,9 +15,8 @@ import (
 
 	"github.com/weirproxy/weir/core/planner"
 	"github.com/weirproxy/weir/core/tracker"
+	"github.com/weirproxy/weir/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden testdata/*.plan files")
 
 // TestGolden plans every testdata/<case>.yaml as node-a and compares the
 // rendered plan services and problems with testdata/<case>.plan.
@@ -39,20 +37,7 @@ func TestGolden(t *testing.T) {
 			if again := render(states); again != got {
 				t.Fatalf("second run differs from the first:\n%s\nvs\n%s", got, again)
 			}
-			golden := strings.TrimSuffix(in, ".yaml") + ".plan"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("plan for %s differs from %s (run with -update to accept):\n--- got\n%s--- want\n%s", in, golden, got, want)
-			}
+			golden.Compare(t, strings.TrimSuffix(in, ".yaml")+".plan", got)
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -250,9 +251,8 @@ func withAddrs(s *discoveryv1.EndpointSlice, addrs ...string) *discoveryv1.Endpo
 }
 
 func bump(rv string) string {
-	var n int
-	fmt.Sscan(rv, &n)
-	return fmt.Sprint(n + 1)
+	n, _ := strconv.Atoi(rv) // a resource version the test did not set is "": 0
+	return strconv.Itoa(n + 1)
 }
 
 func node(name string) *corev1.Node {

@@ -438,7 +438,7 @@ func (p *Proxy) LoadOnce(ctx context.Context, src source.Source) error {
 	select {
 	case <-synced:
 		cancel()
-		<-errc
+		_ = <-errc // what the source returns once cancelled says nothing
 		return nil
 	case err := <-errc:
 		if err == nil {

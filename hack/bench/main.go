@@ -170,9 +170,13 @@ func measure(weir string, n, eps, changes int, v variant) (result, error) {
 	}
 	ns := fmt.Sprintf("weir-bench-%d-%d", os.Getpid(), n)
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		return result{}, fmt.Errorf("ip netns add: %v: %s", err, out)
+		return result{}, fmt.Errorf("ip netns add: %w: %s", err, out)
 	}
-	defer exec.Command("ip", "netns", "delete", ns).Run()
+	defer func() {
+		if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: ip netns delete %s: %v: %s", ns, err, out)
+		}
+	}()
 	var r result
 	if v.cacheDir != "" {
 		// Compile the plugins into the cache first: the figures are for a
@@ -241,7 +245,10 @@ func timeChanges(weir, ns, dir string, n, eps, changes int, cfg string) (time.Du
 	if err := cmd.Start(); err != nil {
 		return 0, 0, err
 	}
-	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM) // fails only when weir has exited already
+		_ = cmd.Wait()                          // weir's exit status says nothing of the figures
+	}()
 	synced := syncedLines(stderr)
 	if err := waitSynced(synced, 3*time.Minute); err != nil {
 		return 0, 0, fmt.Errorf("first sync: %w", err)

@@ -24,6 +24,16 @@ if [ -f "$dir/.complete" ]; then
 	exit 0
 fi
 
+# One build at a time: a second run (CI starts one in the background, make
+# e2e another) waits for the first, then finds the folder complete.
+mkdir -p "$root"
+exec 9>"$root/.lock"
+flock 9
+if [ -f "$dir/.complete" ]; then
+	echo "$dir"
+	exit 0
+fi
+
 # The version the binaries report, as Kubernetes' own release build stamps it.
 major=$(echo "$k8s" | sed 's/^v\([0-9]*\)\..*/\1/')
 minor=$(echo "$k8s" | sed 's/^v[0-9]*\.\([0-9]*\)\..*/\1/')
@@ -33,7 +43,6 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	ldflags="$ldflags -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
-mkdir -p "$root"
 tmp=$(mktemp -d "$root/.build.XXXXXX")
 chmod 755 "$tmp"
 trap 'rm -rf "$tmp"' EXIT

@@ -29,17 +29,12 @@ import (
 
 const (
 	nodeName = "weir-demo-node"
-	podPort  = 8080
 	removed  = "pod-b"
 )
 
 var (
 	clusterIP = netip.MustParseAddrPort("10.96.0.10:80")
-	pods      = []netns.PodSpec{
-		{Name: "pod-a", IP: netip.MustParseAddr("10.244.0.11"), Ports: []uint16{podPort}},
-		{Name: "pod-b", IP: netip.MustParseAddr("10.244.0.12"), Ports: []uint16{podPort}},
-		{Name: "pod-c", IP: netip.MustParseAddr("10.244.0.13"), Ports: []uint16{podPort}},
-	}
+	pods      = netns.ThreePods() // the pods the example manifests name
 )
 
 func main() {
@@ -190,14 +185,16 @@ func startWeir(ctx context.Context, topo *netns.Topology, weir, dir, logPath str
 
 // stop ends weir run (which leaves its rules) and removes the rules.
 func (d *daemon) stop(topo *netns.Topology, weir string) {
-	d.cmd.Process.Signal(syscall.SIGTERM)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM) // it fails only when weir has exited already
 	select {
-	case <-d.done:
+	case _ = <-d.done: // how weir exited was logged to its log file
 	case <-time.After(5 * time.Second):
-		d.cmd.Process.Kill()
-		<-d.done
+		_ = d.cmd.Process.Kill()
+		_ = <-d.done
 	}
-	topo.Node.Command(context.Background(), weir, "cleanup").Run()
+	if out, err := topo.Node.Command(context.Background(), weir, "cleanup").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: weir cleanup: %v\n%s", err, out)
+	}
 }
 
 // lastLogLine returns the last line of the log that contains phrase.

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -54,6 +55,17 @@ func TestLayering(t *testing.T) {
 	}
 	if len(deps) < 20 {
 		t.Fatalf("go list found %d packages; want the whole module", len(deps))
+	}
+}
+
+// TestGoldenOnlyInTests keeps internal/golden, which registers the test
+// binary's -update flag, out of every package's own imports: only test
+// files use it.
+func TestGoldenOnlyInTests(t *testing.T) {
+	for pkg, ds := range listDeps(t, filepath.Join("..", ".."), "./...") {
+		if slices.Contains(ds, module+"/internal/golden") {
+			t.Errorf("%s depends on internal/golden, which is test support", pkg)
+		}
 	}
 }
 

@@ -292,26 +292,26 @@ func (p Probe) validate() error {
 		return slices.ContainsFunc(pods, func(s netns.PodSpec) bool { return s.Name == name })
 	}
 	if p.From != "client" && p.From != "node" && !isPod(p.From) {
-		return fmt.Errorf("From %q: want client, node or a pod name", p.From)
+		return fmt.Errorf("field From %q: want client, node or a pod name", p.From)
 	}
 	if port, ok := nodePort(p.To); ok {
 		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			return fmt.Errorf("To %q: bad port", p.To)
+			return fmt.Errorf("field To %q: bad port", p.To)
 		}
 	} else if _, err := netip.ParseAddrPort(p.To); err != nil {
-		return fmt.Errorf("To %q: want address:port, node:port or node6:port", p.To)
+		return fmt.Errorf("field To %q: want address:port, node:port or node6:port", p.To)
 	}
 	switch {
 	case p.Proto != "" && p.Proto != TCP && p.Proto != UDP:
-		return fmt.Errorf("Proto %q: want TCP or UDP", p.Proto)
+		return fmt.Errorf("field Proto %q: want TCP or UDP", p.Proto)
 	case p.FromPort != 0 && p.proto() != UDP:
-		return errors.New("FromPort is for UDP probes only")
+		return errors.New("field FromPort is for UDP probes only")
 	case !slices.Contains([]string{"", "client", "node", "self"}, p.Source):
-		return fmt.Errorf("Source %q: want client, node, self or empty", p.Source)
+		return fmt.Errorf("field Source %q: want client, node, self or empty", p.Source)
 	case p.Source != "" && p.Want.kind != wantPods && p.Want.kind != wantOneOf:
-		return errors.New("Source needs a want that is answered")
+		return errors.New("field Source needs a want that is answered")
 	case (p.Want.kind == wantPods || p.Want.kind == wantOneOf) && len(p.Want.pods) == 0:
-		return errors.New("Pods or OneOf without pod names")
+		return errors.New("fields Pods or OneOf without pod names")
 	}
 	for _, name := range p.Want.pods {
 		if !isPod(name) {

@@ -60,15 +60,9 @@ import (
 // nodeName is NodeName are local.
 const NodeName = "node-a"
 
-// The pods of every row's topology.
-var pods = []netns.PodSpec{
-	{Name: "pod-a", IP: netip.MustParseAddr("10.244.0.11"), IP6: netip.MustParseAddr("fd00:10:244::11"), Ports: podPorts},
-	{Name: "pod-b", IP: netip.MustParseAddr("10.244.0.12"), IP6: netip.MustParseAddr("fd00:10:244::12"), Ports: podPorts},
-	{Name: "pod-c", IP: netip.MustParseAddr("10.244.0.13"), IP6: netip.MustParseAddr("fd00:10:244::13"), Ports: podPorts},
-}
-
-// podPorts are the ports every pod serves, over TCP and UDP.
-var podPorts = []uint16{8080, 53}
+// The pods of every row's topology: netns.ThreePods, dual-stack, each
+// serving 8080 and 53 over TCP and UDP.
+var pods = netns.ThreePods(netns.DualStack("pod-a", "pod-b", "pod-c"), netns.ServePorts(8080, 53))
 
 // syncTimeout bounds one proxy sync.
 const syncTimeout = 30 * time.Second

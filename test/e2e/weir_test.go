@@ -55,7 +55,7 @@ func weirBinary(t *testing.T) string {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/weirproxy/weir/cmd/weir")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build cmd/weir: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build cmd/weir: %w\n%s", err, out)
 			return
 		}
 		weirPath = bin

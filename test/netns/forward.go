@@ -60,8 +60,9 @@ func (f *Forwarder) pipe(c net.Conn) {
 	}
 	defer f.untrack(c, up)
 	copied := make(chan struct{}, 2)
-	go func() { io.Copy(up, c); copied <- struct{}{} }()
-	go func() { io.Copy(c, up); copied <- struct{}{} }()
+	// A copy ends when either side closes; how it ended is of no interest.
+	go func() { _, _ = io.Copy(up, c); copied <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); copied <- struct{}{} }()
 	<-copied
 	c.Close()
 	up.Close()

@@ -107,8 +107,7 @@ func newNamespace(name string) (*Namespace, error) {
 	}
 	h, err := netns.GetFromPath(path)
 	if err != nil {
-		unmount(path)
-		return nil, fmt.Errorf("open namespace %s: %w", name, err)
+		return nil, errors.Join(fmt.Errorf("open namespace %s: %w", name, err), unmount(path))
 	}
 	return &Namespace{Name: name, handle: h}, nil
 }

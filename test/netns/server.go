@@ -48,8 +48,7 @@ func startServer(ns *Namespace, pod string, port uint16, ip6 netip.Addr) (*serve
 		return nil
 	})
 	if err != nil {
-		s.closeSockets()
-		return nil, fmt.Errorf("listen on port %d: %w", port, err)
+		return nil, errors.Join(fmt.Errorf("listen on port %d: %w", port, err), s.closeSockets())
 	}
 	for _, l := range s.tcp {
 		s.wg.Add(1)
@@ -79,8 +78,9 @@ func (s *server) serveTCP(l net.Listener) {
 		if err != nil {
 			continue // e.g. ECONNABORTED: the next Accept may succeed
 		}
-		c.SetWriteDeadline(time.Now().Add(time.Second))
-		c.Write(s.line(c.RemoteAddr().(*net.TCPAddr).AddrPort()))
+		// A client gone before its answer is the client's failure to report.
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.Write(s.line(c.RemoteAddr().(*net.TCPAddr).AddrPort()))
 		c.Close()
 	}
 }
@@ -97,7 +97,7 @@ func (s *server) serveUDP(u *net.UDPConn) {
 		if err != nil {
 			continue // e.g. an ICMP error queued on the socket
 		}
-		u.WriteToUDPAddrPort(s.line(from), from)
+		_, _ = u.WriteToUDPAddrPort(s.line(from), from) // a lost answer is the prober's failure to report
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -53,11 +54,12 @@ func (v *verifier) run(ctx context.Context) (*verifyResult, error) {
 	var res verifyResult
 	if jerr := json.Unmarshal(out.Bytes(), &res); jerr != nil || res.Mode == "" {
 		if err == nil {
-			err = fmt.Errorf("no report: %v", jerr)
+			err = fmt.Errorf("no report: %w", jerr)
 		}
 		return nil, fmt.Errorf("weir verify: %w: %s", err, lastLines(errOut.String(), 5))
 	}
-	if _, failed := err.(*exec.ExitError); err != nil && (!failed || len(res.Divergences) == 0) {
+	var exit *exec.ExitError
+	if err != nil && (!errors.As(err, &exit) || len(res.Divergences) == 0) {
 		return nil, fmt.Errorf("weir verify: %w: %s", err, lastLines(errOut.String(), 5))
 	}
 	return &res, nil

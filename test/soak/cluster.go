@@ -195,13 +195,3 @@ func applyRBACDoc(ctx context.Context, client kubernetes.Interface, doc []byte) 
 	}
 	return nil
 }
-
-// pod returns the pod with address a, or nil.
-func (c *cluster) podAt(a netip.Addr) *netns.Pod {
-	for _, p := range c.pods {
-		if p.IP == a || p.IP6 == a {
-			return p
-		}
-	}
-	return nil
-}

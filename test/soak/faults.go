@@ -341,7 +341,8 @@ func holdXtablesLock(ctx context.Context, s *run) (injected, error) {
 	}
 	begin := time.Now()
 	s.churnFor(ctx, s.cfg.LockHold)
-	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	// Closing the file releases the lock too, should the unlock fail.
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 	f.Close()
 	return injected{at: time.Now(), note: fmt.Sprintf("held for %v while the churn went on",
 		time.Since(begin).Round(time.Millisecond))}, nil

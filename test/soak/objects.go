@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -288,14 +287,4 @@ func (w *apiStore) deleteSlice(ctx context.Context, s *service, sl *slice) error
 	}
 	s.lastWrite = time.Now()
 	return nil
-}
-
-// lbAddr and externalAddr are the n-th load-balancer and external IPs
-// (documentation ranges, routed to the node by the client's default route).
-func lbAddr(n int) netip.Addr {
-	return netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + n%250)})
-}
-
-func externalAddr(n int) netip.Addr {
-	return netip.AddrFrom4([4]byte{203, 0, 113, byte(1 + n%250)})
 }

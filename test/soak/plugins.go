@@ -47,7 +47,7 @@ func buildGuests(ctx context.Context, repo, dir string) (*guests, error) {
 		b, err := cmd.CombinedOutput()
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("build test guest %s: %v\n%s", pkg, err, b)
+			return nil, fmt.Errorf("build test guest %s: %w\n%s", pkg, err, b)
 		}
 	}
 	return g, nil

@@ -365,7 +365,9 @@ func (h *holder) open(ctx context.Context, via dest) *heldConn {
 
 // ping sends one line and reads it back within three seconds.
 func (c *heldConn) ping(seq int) error {
-	c.conn.SetDeadline(time.Now().Add(3 * time.Second))
+	if err := c.conn.SetDeadline(time.Now().Add(3 * time.Second)); err != nil {
+		return err
+	}
 	msg := fmt.Sprintf("ping %d\n", seq)
 	if _, err := c.conn.Write([]byte(msg)); err != nil {
 		return err

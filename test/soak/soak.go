@@ -306,7 +306,6 @@ func (s *run) soak(ctx context.Context) error {
 	for round := 0; time.Now().Before(end) && ctx.Err() == nil; round++ {
 		if pending != nil {
 			s.undo(ctx, round, pending)
-			pending = nil
 		}
 		f := cycle[round%len(cycle)]
 		if round > 0 && round%len(cycle) == 0 {

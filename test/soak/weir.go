@@ -159,7 +159,7 @@ func (p *weirProc) scan(r io.Reader, log io.Writer) {
 			p.synced.Store(&now)
 		}
 	}
-	io.Copy(io.Discard, r)
+	_, _ = io.Copy(io.Discard, r) // drains the pipe until weir exits; its end is no error
 }
 
 // running reports whether the current process has not exited.
@@ -195,7 +195,7 @@ func (d *daemon) kill() {
 	if p == nil {
 		return
 	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Process.Signal(syscall.SIGKILL) // fails only when the process has exited already
 	<-p.done
 }
 
@@ -207,7 +207,7 @@ func (d *daemon) term(limit time.Duration) (time.Duration, bool) {
 		return 0, true
 	}
 	begin := time.Now()
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM) // fails only when the process has exited already
 	select {
 	case <-p.done:
 		return time.Since(begin), true

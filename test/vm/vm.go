@@ -106,7 +106,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	case ctx.Err() != nil:
 		return -1, fmt.Errorf("vm: %w before the program reported an exit code", ctx.Err())
 	default:
-		return -1, fmt.Errorf("vm: the VM stopped without an exit code (qemu: %v %s)", waitErr, strings.TrimSpace(qemuErr.String()))
+		return -1, fmt.Errorf("vm: the VM stopped without an exit code (qemu: %w %s)", waitErr, strings.TrimSpace(qemuErr.String()))
 	}
 }
 
@@ -128,7 +128,7 @@ func scanConsole(r io.Reader, w io.Writer) (code int, found bool) {
 		}
 		fmt.Fprintln(w, line)
 	}
-	io.Copy(io.Discard, r)
+	_, _ = io.Copy(io.Discard, r) // drains the console until QEMU exits
 	return code, found
 }
 

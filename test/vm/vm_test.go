@@ -15,6 +15,9 @@ import (
 // root, qemu-system-x86_64, busybox and apt-get.
 func requireVM(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("VM test: -short (make test-fast) leaves out the VM")
+	}
 	var missing []string
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root")

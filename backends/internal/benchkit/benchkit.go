@@ -39,7 +39,12 @@ func NetNS(b, owner *testing.B) int {
 	if err := vnetns.Set(orig); err != nil {
 		b.Fatal(err)
 	}
-	owner.Cleanup(func() { ns.Close(); vnetns.DeleteNamed(name) })
+	owner.Cleanup(func() {
+		ns.Close()
+		if err := vnetns.DeleteNamed(name); err != nil {
+			owner.Errorf("delete the benchmark's namespace %s: %v", name, err)
+		}
+	})
 	return int(ns)
 }
 

@@ -225,7 +225,7 @@ func start(t *testing.T, cfg *rest.Config) *running {
 	t.Cleanup(func() {
 		r.cancel()
 		select {
-		case <-r.done:
+		case _ = <-r.done: // TestRunReportsRefusedConnection checks Run's error after a cancel
 		case <-time.After(waitTimeout):
 			t.Error("Run did not return after cancel")
 		}

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -41,7 +42,7 @@ func TestRunLogsFewLinesPerOutage(t *testing.T) {
 	r := start(t, config("https://"+closedPort(t), defaultLimits))
 	r.waitLogs("objects=Services request=list attempt=16 ")
 	lines := strings.Count(r.logs.String(), "objects=Services request=list ")
-	r.stop()
+	_ = r.stop() // TestRunReportsRefusedConnection checks Run's error after a cancel
 	// attempts 1, 2, 3, 4, 8 and 16, and perhaps 32 by now.
 	if lines < 6 || lines > 7 {
 		t.Errorf("%d lines for 16 failed lists of Services, want 6 or 7:\n%s", lines, r.logs.String())
@@ -66,7 +67,7 @@ func TestRunReportsUnansweredRequests(t *testing.T) {
 func TestRunReportsClosedConnectionsAtOnce(t *testing.T) {
 	r := start(t, config("https://"+closingListener(t), defaultLimits))
 	r.waitLogsWithin(3*time.Second, "objects=Services request=list attempt=2 ")
-	r.stop()
+	_ = r.stop() // TestRunReportsRefusedConnection checks Run's error after a cancel
 }
 
 // An API server that refuses Weir's credentials says so, and is retried.
@@ -78,7 +79,7 @@ func TestRunReportsUnauthorized(t *testing.T) {
 	if calls := strings.Join(r.rec.snapshot(), "\n"); !strings.Contains(calls, "from the API server at "+f.srv.URL+": Unauthorized") {
 		t.Errorf("OnSourceDown does not say why:\n%s", calls)
 	}
-	r.stop()
+	_ = r.stop() // TestRunReportsRefusedConnection checks Run's error after a cancel
 }
 
 // An API server that answers 503 at first: the source is down, then it
@@ -131,7 +132,7 @@ current-context: x
 	}
 	r := start(t, cfg)
 	r.waitLogs("connect: connection refused")
-	r.stop()
+	_ = r.stop() // TestRunReportsRefusedConnection checks Run's error after a cancel
 }
 
 // A request whose answer does not come in time fails with the reason; a
@@ -211,7 +212,7 @@ func TestAttemptStopsDuringBackoff(t *testing.T) {
 	cancel()
 	select {
 	case err := <-done:
-		if err != context.Canceled {
+		if !errors.Is(err, context.Canceled) {
 			t.Errorf("attempt returned %v, want context.Canceled (which the reflector takes for a stop)", err)
 		}
 	case <-time.After(time.Second):
@@ -232,7 +233,7 @@ func TestOutageAfterSyncIsLoggedNotReported(t *testing.T) {
 	r.waitLogs(`msg="Cannot reach the API server; retrying, rules unchanged"`, `error="Service Unavailable"`)
 	f.fail.Store(0)
 	r.waitLogs(`msg="Reached the API server again"`)
-	r.stop()
+	_ = r.stop() // TestRunReportsRefusedConnection checks Run's error after a cancel
 	for _, c := range r.rec.snapshot() {
 		if strings.HasPrefix(c, "Down") || c == "Up" {
 			t.Errorf("handler got %q after the initial sync", c)
