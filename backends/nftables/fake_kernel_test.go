@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/internal/kernelver"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 	"golang.org/x/sys/unix"
@@ -95,6 +96,18 @@ func withPolicy(c *nftables.Chain) *nftables.Chain {
 	return c
 }
 
+// answeredSince names the probes whose answer, which the fake gives,
+// kernels older than the version given answer otherwise: Debian 12's 6.1
+// (make test-vm) accepts the first two and refuses the last two with
+// EEXIST. The fake keeps the newer, stricter or more precise answer; on an
+// older kernel the kernel's side of such a probe is only logged.
+var answeredSince = map[string]string{
+	"a rule reading a register it did not load": "6.18",
+	"overlapping ranges of concatenations":      "6.18",
+	"a base chain again on another hook":        "6.18",
+	"a base chain again with another priority":  "6.18",
+}
+
 // errnoOf returns the errno err carries, nil for nil, and err itself when
 // it carries none.
 func errnoOf(err error) error {
@@ -119,11 +132,24 @@ func TestKernelFakeAgrees(t *testing.T) {
 			}
 			t.Cleanup(func() { k.close() })
 			fake := newFakeKernel()
+			older := false
+			if v, ok := answeredSince[p.name]; ok {
+				newer, err := kernelver.AtLeast(v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				older = !newer
+			}
 			for name, kern := range map[string]kernel{"the kernel": k, "the fake": fake} {
 				if err := sendOps(kern, p.setup); err != nil {
 					t.Fatalf("%s refuses the setup: %v", name, err)
 				}
-				if got := errnoOf(sendOps(kern, p.probe)); fmt.Sprint(got) != fmt.Sprint(p.want) {
+				got := errnoOf(sendOps(kern, p.probe))
+				switch {
+				case fmt.Sprint(got) == fmt.Sprint(p.want):
+				case older && kern == kernel(k):
+					t.Logf("this kernel, older than %s, answers %v; the fake answers as newer ones do: %v", answeredSince[p.name], got, p.want)
+				default:
 					t.Errorf("%s answers %v, want %v", name, got, p.want)
 				}
 			}

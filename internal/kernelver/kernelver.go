@@ -36,6 +36,23 @@ func Supported() error {
 	return check(release)
 }
 
+// AtLeast reports whether the running kernel is version (major.minor) or
+// newer.
+func AtLeast(version string) (bool, error) {
+	release, err := Release()
+	if err != nil {
+		return false, err
+	}
+	got, ok1 := majorMinor(release)
+	want, ok2 := majorMinor(version)
+	if !ok1 || !ok2 {
+		return false, fmt.Errorf("compare kernel %q with %q: cannot read the versions", release, version)
+	}
+	return !less(got, want), nil
+}
+
+func less(a, b [2]int) bool { return a[0] < b[0] || (a[0] == b[0] && a[1] < b[1]) }
+
 // check compares a release string such as "6.1.0-28-cloud-amd64" with
 // Minimum.
 func check(release string) error {
@@ -44,7 +61,7 @@ func check(release string) error {
 		return fmt.Errorf("kernel release %q: cannot read its version", release)
 	}
 	want, _ := majorMinor(Minimum)
-	if got[0] < want[0] || (got[0] == want[0] && got[1] < want[1]) {
+	if less(got, want) {
 		return fmt.Errorf("kernel %s is older than %s, the oldest Weir supports and tests", release, Minimum)
 	}
 	return nil
