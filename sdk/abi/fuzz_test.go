@@ -2,6 +2,7 @@ package abi
 
 import (
 	"encoding/binary"
+	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
@@ -124,9 +125,14 @@ func exerciseViews(data []byte) {
 }
 
 // FuzzDecodeBatch feeds arbitrary bytes to DecodeBatch, the host-side
-// reader of a whole batch: it never panics, and a batch it accepts
-// encodes again into one that decodes to the same node, services and
-// full flag.
+// reader of a whole batch. It never panics; what it accepts encodes again
+// into a batch that decodes to the same node, full flag and services, but
+// for what Encode documents it changes (an affinity above the maximum is
+// clamped; a source range with an impossible length, which no plan holds,
+// cannot be written and reads back as ::/0); a second round changes
+// nothing. Decode, against those services, gives each one back itself for
+// their own unchanged encoding, and only *OutputError for the original
+// bytes.
 func FuzzDecodeBatch(f *testing.F) {
 	var e Encoder
 	f.Add(slices.Clone(e.Encode(testNode, fuzzInput(), true)))
@@ -138,13 +144,50 @@ func FuzzDecodeBatch(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var again Encoder
-		node2, services2, full2, err := DecodeBatch(again.Encode(node, services, full))
+		var enc Encoder
+		node2, services2, full2 := roundTrip(t, &enc, node, services, full)
+		if full2 != full || !reflect.DeepEqual(node2, node) ||
+			!slices.EqualFunc(services2, services, func(a, b *plan.Service) bool { return a.Equal(encodable(b)) }) {
+			t.Fatalf("an accepted batch does not survive encoding again:\n%v %v\n%v %v", node, services, node2, services2)
+		}
+		if node3, services3, full3 := roundTrip(t, &enc, node2, services2, full2); full3 != full2 ||
+			!reflect.DeepEqual(node3, node2) || !slices.EqualFunc(services3, services2, (*plan.Service).Equal) {
+			t.Fatalf("a batch encoded twice changes:\n%v\n%v", services2, services3)
+		}
+		out, err := Decode(services2, enc.Encode(node2, services2, full2))
 		if err != nil {
-			t.Fatalf("an accepted batch, encoded again, is refused: %v", err)
+			t.Fatalf("Decode refuses the unchanged encoding of the batch's services: %v", err)
 		}
-		if full2 != full || !reflect.DeepEqual(node2, node) || !slices.EqualFunc(services2, services, (*plan.Service).Equal) {
-			t.Errorf("an accepted batch does not survive encoding again:\n%v %v\n%v %v", node, services, node2, services2)
+		for i := range out {
+			if out[i] != services2[i] {
+				t.Fatalf("Decode changed service %d of an unchanged batch", i)
+			}
 		}
+		checkDecode(t, services2, data)
 	})
+}
+
+// roundTrip encodes a batch with enc and decodes it again.
+func roundTrip(t *testing.T, enc *Encoder, node plan.Node, services []*plan.Service, full bool) (plan.Node, []*plan.Service, bool) {
+	t.Helper()
+	node2, services2, full2, err := DecodeBatch(enc.Encode(node, services, full))
+	if err != nil {
+		t.Fatalf("an accepted batch, encoded again, is refused: %v", err)
+	}
+	return node2, services2, full2
+}
+
+// encodable returns s as Encode writes it: the affinity clamped to
+// MaxAffinitySeconds and source ranges that are not prefixes as ::/0.
+func encodable(s *plan.Service) *plan.Service {
+	c := s.Clone()
+	if c.Affinity != nil {
+		c.Affinity.TimeoutSeconds = min(c.Affinity.TimeoutSeconds, MaxAffinitySeconds)
+	}
+	for i, r := range c.SourceRanges {
+		if !r.IsValid() {
+			c.SourceRanges[i] = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		}
+	}
+	return c
 }
