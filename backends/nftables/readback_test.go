@@ -85,7 +85,9 @@ func wantNoDivergence(t *testing.T, what string, b *Backend, p *plan.Plan) {
 	}
 }
 
-var readBackOptions = []struct {
+// optionSets are the backend options the read-back and sequence tests run
+// with.
+var optionSets = []struct {
 	name string
 	opts backends.Common
 }{
@@ -95,12 +97,13 @@ var readBackOptions = []struct {
 	{"IPv4 node-port addresses", backends.Common{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("172.30.0.0/24")}}},
 	{"primary node-port addresses", backends.Common{NodePortPrimary: true}},
 	{"node CIDR detector", backends.Common{LocalDetector: backends.DetectNodeCIDR}},
+	{"node CIDR detector, primary node-port addresses", backends.Common{LocalDetector: backends.DetectNodeCIDR, NodePortPrimary: true}},
 	{"interface detector, masquerade all", backends.Common{MasqueradeAll: true,
 		LocalDetector: backends.DetectInterfaceNamePrefix, PodInterfacePrefix: "veth"}},
 }
 
 func TestKernelReadBackMatchesPlan(t *testing.T) {
-	for _, o := range readBackOptions {
+	for _, o := range optionSets {
 		t.Run(o.name, func(t *testing.T) {
 			_, b := readBackBackend(t, Options{Common: o.opts})
 			p := variedPlan()

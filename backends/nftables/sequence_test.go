@@ -148,20 +148,6 @@ var doomedTraces = []string{"10.96.0.77", "fd00:10:96::77", "192.0.2.77", "198.5
 	"10.96.0.78", "fd00:10:96::78", "192.0.2.78", "198.51.100.78", "2001:db8::78", "203.0.114.",
 	"30078", "7778", "10.244.0.78", "10.244.1.78", "fd00:10:244::78"}
 
-// sequenceOptions are the backend options the sequence runs with.
-var sequenceOptions = []struct {
-	name string
-	opts backends.Common
-}{
-	{"defaults", backends.Common{}},
-	{"cluster CIDRs and localhost node ports", backends.Common{LocalhostNodePorts: true,
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}}},
-	{"IPv4 node-port addresses", backends.Common{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("172.30.0.0/24")}}},
-	{"node CIDR detector, primary node-port addresses", backends.Common{LocalDetector: backends.DetectNodeCIDR, NodePortPrimary: true}},
-	{"interface detector, masquerade all", backends.Common{MasqueradeAll: true,
-		LocalDetector: backends.DetectInterfaceNamePrefix, PodInterfacePrefix: "veth"}},
-}
-
 // sequence runs the backend through the steps, checking each.
 type sequence struct {
 	t    *testing.T
@@ -272,7 +258,7 @@ func (s *sequence) traces(of []string) []string {
 }
 
 func TestSequencePartialSyncsConverge(t *testing.T) {
-	for _, o := range sequenceOptions {
+	for _, o := range optionSets {
 		t.Run(o.name, func(t *testing.T) {
 			s := &sequence{t: t, opts: Options{Common: o.opts}, p: seqPlan()}
 			s.b, s.k = fakeBackend(t, s.opts)
