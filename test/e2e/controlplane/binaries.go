@@ -10,17 +10,19 @@ import (
 	"testing"
 )
 
-// Binaries names the three programs of the control plane.
+// Binaries names the three programs of the control plane and kube-proxy,
+// which tests run beside Weir as the reference it is compared with.
 type Binaries struct {
 	Etcd              string
 	APIServer         string
 	ControllerManager string
+	KubeProxy         string
 }
 
 // The environment that locates the binaries.
 const (
-	// BinEnv names a folder holding etcd, kube-apiserver and
-	// kube-controller-manager; it overrides the cache lookup.
+	// BinEnv names a folder holding etcd, kube-apiserver,
+	// kube-controller-manager and kube-proxy; it overrides the cache lookup.
 	BinEnv = "WEIRTEST_CONTROLPLANE_BIN"
 	// CacheEnv is the cache root hack/controlplane/build.sh builds into.
 	CacheEnv = "WEIRTEST_CONTROLPLANE_CACHE"
@@ -45,8 +47,9 @@ func FindBinaries() (Binaries, error) {
 		Etcd:              filepath.Join(dir, "etcd"),
 		APIServer:         filepath.Join(dir, "kube-apiserver"),
 		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
+		KubeProxy:         filepath.Join(dir, "kube-proxy"),
 	}
-	for _, p := range []string{b.Etcd, b.APIServer, b.ControllerManager} {
+	for _, p := range []string{b.Etcd, b.APIServer, b.ControllerManager, b.KubeProxy} {
 		if _, err := os.Stat(p); err != nil {
 			return Binaries{}, fmt.Errorf("control plane binary missing (run `make controlplane`): %w", err)
 		}
