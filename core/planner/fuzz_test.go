@@ -202,8 +202,7 @@ func sameAddr(s string, a netip.Addr) bool {
 // it comes from, or "".
 func checkService(cfg planner.Config, svc *corev1.Service, s *plan.Service) string {
 	_, other := svc.Labels[planner.LabelServiceProxyName]
-	_, headless := svc.Labels[planner.LabelHeadless]
-	if other || headless || svc.Spec.Type == corev1.ServiceTypeExternalName {
+	if other || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return "planned a Service Weir does not proxy"
 	}
 	i := slices.IndexFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
@@ -532,7 +531,9 @@ func genService(g *gen) *corev1.Service {
 	case 1:
 		svc.Labels = map[string]string{planner.LabelServiceProxyName: "other"}
 	case 2:
-		svc.Labels = map[string]string{planner.LabelHeadless: ""}
+		// Only the EndpointSlice controller's slices of headless services
+		// carry it; on a Service it means nothing to kube-proxy.
+		svc.Labels = map[string]string{corev1.IsHeadlessService: ""}
 	case 3:
 		svc.Labels = map[string]string{"app": "web"}
 	}

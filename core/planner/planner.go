@@ -14,12 +14,10 @@ import (
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
-// Labels kube-proxy honours on Services: a service naming another proxy, or
-// marked headless, is not ours to program.
-const (
-	LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
-	LabelHeadless         = "service.kubernetes.io/headless"
-)
+// LabelServiceProxyName is the label kube-proxy honours on Services: a
+// service naming another proxy is not ours to program.
+const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+
 
 // Config is what the planner needs to know about this node.
 type Config struct {
@@ -104,9 +102,6 @@ func Service(cfg Config, st tracker.ServiceState) ([]*plan.Service, []Problem) {
 // proxied reports whether the service gets rules from Weir.
 func proxied(svc *corev1.Service) bool {
 	if _, ok := svc.Labels[LabelServiceProxyName]; ok {
-		return false
-	}
-	if _, ok := svc.Labels[LabelHeadless]; ok {
 		return false
 	}
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {

@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/core/planner"
 	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/core/tracker"
 )
@@ -78,6 +79,10 @@ func sameVersion(prev, cur string) bool { return prev != "" && prev == cur }
 
 // OnService counts a Service change and hands it to the tracker.
 func (in *inbound) OnService(prev, cur *corev1.Service) {
+	prev, cur = seenService(prev), seenService(cur)
+	if prev == nil && cur == nil {
+		return
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	obj := cur
@@ -97,6 +102,10 @@ func (in *inbound) OnService(prev, cur *corev1.Service) {
 // OnEndpointSlice counts an EndpointSlice change, keeps its trigger time
 // and hands it to the tracker.
 func (in *inbound) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
+	prev, cur = seenSlice(prev), seenSlice(cur)
+	if prev == nil && cur == nil {
+		return
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	s := cur
@@ -114,6 +123,34 @@ func (in *inbound) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
 		}
 	}
 	in.p.tracker.OnEndpointSlice(prev, cur)
+}
+
+// seenService returns svc, or nil when kube-proxy's Service informer
+// leaves it out (cmd/kube-proxy/app/server.go): a Service labelled
+// service.kubernetes.io/service-proxy-name, another proxy's, or a headless
+// one. A label added or removed then reads as a deletion or a creation, as
+// it does through the informer. The kubernetes source leaves them out
+// already; the files source hands over every object.
+func seenService(svc *corev1.Service) *corev1.Service {
+	if svc == nil || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil
+	}
+	if _, other := svc.Labels[planner.LabelServiceProxyName]; other {
+		return nil
+	}
+	return svc
+}
+
+// seenSlice returns s, or nil when kube-proxy's EndpointSlice informer
+// leaves it out: a slice labelled service.kubernetes.io/headless.
+func seenSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	if s == nil {
+		return nil
+	}
+	if _, headless := s.Labels[corev1.IsHeadlessService]; headless {
+		return nil
+	}
+	return s
 }
 
 // keepTrigger remembers cur's last-change-trigger-time. A deleted slice

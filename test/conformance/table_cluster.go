@@ -446,7 +446,10 @@ endpoints:
 		{
 			Name: "service-proxy-name",
 			Manifests: `
-# Services for another proxy, or labelled headless, are left alone.
+# As kube-proxy's informers see them: a Service for another proxy is left
+# alone; a Service labelled headless is proxied (only the EndpointSlice
+# controller's slices of headless services carry that label); a slice
+# labelled headless is left out.
 apiVersion: v1
 kind: Service
 metadata:
@@ -497,11 +500,22 @@ addressType: IPv4
 ports: [{name: http, port: 8080}]
 endpoints:
 - {addresses: [10.244.0.11], nodeName: node-a}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-2
+  namespace: default
+  labels: {kubernetes.io/service-name: web, service.kubernetes.io/headless: ""}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.244.0.13], nodeName: node-b}
 `,
 			Probes: []Probe{
 				{From: "client", To: "10.96.0.12:80", Want: Pods("pod-a")},
 				{From: "client", To: "10.96.0.10:80", Want: Unanswered},
-				{From: "client", To: "10.96.0.11:80", Want: Unanswered},
+				{From: "client", To: "10.96.0.11:80", Want: Pods("pod-b")},
 			},
 			Then: []Step{{
 				Name: "the proxy-name label is removed",
@@ -514,6 +528,18 @@ spec:
   ports: [{name: http, port: 80, targetPort: 8080}]
 `,
 				Probes: []Probe{{From: "client", To: "10.96.0.10:80", Want: Pods("pod-b")}},
+			}, {
+				Name: "the headless label leaves web-2",
+				Apply: `
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-2, namespace: default, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.244.0.13], nodeName: node-b}
+`,
+				Probes: []Probe{{From: "client", To: "10.96.0.12:80", Want: Pods("pod-a", "pod-c")}},
 			}},
 		},
 	}

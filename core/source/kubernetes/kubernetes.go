@@ -2,8 +2,9 @@
 // informers (k8s.io/client-go) for Services, EndpointSlices and this
 // node's Node, delivering their changes to a source.Handler.
 //
-// Like kube-proxy, it ignores Services and EndpointSlices labelled
-// service.kubernetes.io/service-proxy-name (another proxy's) or
+// Like kube-proxy's informers, it ignores Services labelled
+// service.kubernetes.io/service-proxy-name (another proxy's) and headless
+// Services (clusterIP None), EndpointSlices labelled
 // service.kubernetes.io/headless, and watches only the Node named
 // Options.NodeName. The first OnSynced comes once all three caches hold
 // the API server's objects. A handler that is a source.ServiceCIDRHandler
@@ -48,9 +49,16 @@ import (
 	"github.com/weirproxy/weir/core/source"
 )
 
-// proxySelector leaves out the objects kube-proxy leaves out: those of
-// another service proxy, and headless services' slices.
-const proxySelector = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
+// The selectors of the objects kube-proxy's informers leave out
+// (cmd/kube-proxy/app/server.go): Services of another proxy and headless
+// Services, and the slices the EndpointSlice controller labels headless.
+// Each selector is on its own kind only: a Service labelled headless is
+// proxied, and a slice labelled for another proxy is seen.
+const (
+	serviceLabels   = "!service.kubernetes.io/service-proxy-name"
+	serviceFields   = "spec.clusterIP!=" + corev1.ClusterIPNone
+	endpointsLabels = "!" + corev1.IsHeadlessService
+)
 
 // While the initial objects have not arrived, the source logs what it is
 // waiting for firstReport after it started, then at doubling intervals up
@@ -135,17 +143,18 @@ type informer struct {
 // informers returns the source's three informers, their requests
 // reporting to st.
 func (s *Source) informers(st *status, h source.Handler) []informer {
-	proxied := func(o *metav1.ListOptions) { o.LabelSelector = proxySelector }
+	services := func(o *metav1.ListOptions) { o.LabelSelector, o.FieldSelector = serviceLabels, serviceFields }
+	slices := func(o *metav1.ListOptions) { o.LabelSelector = endpointsLabels }
 	node := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.opts.NodeName).String()
 	}
 	core, discovery := s.client.CoreV1().RESTClient(), s.client.DiscoveryV1().RESTClient()
 	return []informer{
 		s.informer(st, "Services", &corev1.Service{},
-			listWatch(core, "services", func() runtime.Object { return &corev1.ServiceList{} }, proxied),
+			listWatch(core, "services", func() runtime.Object { return &corev1.ServiceList{} }, services),
 			handlerFor(h.OnService)),
 		s.informer(st, "EndpointSlices", &discoveryv1.EndpointSlice{},
-			listWatch(discovery, "endpointslices", func() runtime.Object { return &discoveryv1.EndpointSliceList{} }, proxied),
+			listWatch(discovery, "endpointslices", func() runtime.Object { return &discoveryv1.EndpointSliceList{} }, slices),
 			handlerFor(h.OnEndpointSlice)),
 		s.informer(st, "Node "+s.opts.NodeName, &corev1.Node{},
 			listWatch(core, "nodes", func() runtime.Object { return &corev1.NodeList{} }, node),
