@@ -51,6 +51,11 @@ type Probe struct {
 	// masqueraded), "self" (the prober's own address: kept), or "" (not
 	// checked).
 	Source string
+	// Differs lists other proxies that give something else on purpose:
+	// deliberate differences of Weir's, each explained in
+	// docs/semantics.md. Weir must meet Want; RunExternal checks each
+	// listed proxy against its Difference instead.
+	Differs []Difference
 }
 
 // Want is the expected outcome of a probe; build it with Pods or OneOf, or
@@ -316,6 +321,16 @@ func (p Probe) validate() error {
 	for _, name := range p.Want.pods {
 		if !isPod(name) {
 			return fmt.Errorf("want pod %q: no such pod", name)
+		}
+	}
+	for i, d := range p.Differs {
+		if d.Proxy == "" || d.Why == "" {
+			return fmt.Errorf("field Differs[%d]: want the proxy and why Weir differs", i)
+		}
+		alt := p
+		alt.Want, alt.Source, alt.Differs = d.Want, d.Source, nil
+		if err := alt.validate(); err != nil {
+			return fmt.Errorf("field Differs[%d]: %w", i, err)
 		}
 	}
 	return nil

@@ -46,9 +46,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/core/proxy"
@@ -157,17 +154,7 @@ type rowRun struct {
 }
 
 func runRow(t *testing.T, r Row, newBackend NewBackend) {
-	objs, err := decodeManifests(r.Manifests)
-	if err != nil {
-		t.Fatalf("manifests: %v", err)
-	}
-	for _, s := range append([]Step{{Name: "initial", Probes: r.Probes}}, r.Then...) {
-		for _, p := range s.Probes {
-			if err := p.validate(); err != nil {
-				t.Fatalf("%s: %s: %v", s.Name, p, err)
-			}
-		}
-	}
+	objs := prepareRow(t, r)
 	topo := netns.NewT(t, netns.Options{Pods: pods})
 	rec := &recorder{Backend: newBackend(t, topo.Node.Fd(), r.Options)}
 	log := &warnings{}
@@ -186,11 +173,6 @@ func runRow(t *testing.T, r Row, newBackend NewBackend) {
 		proxy:   proxy.New(proxy.Options{NodeName: NodeName, Backend: rec, Conntrack: ct, Log: logger}),
 	}
 	h := run.proxy.Handler()
-	if !slices.ContainsFunc(objs, func(o object) bool { return o.node != nil }) {
-		// Every cluster has the node's Node object; a row that needs
-		// nothing of it gets a bare one.
-		objs = append([]object{{node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: NodeName}}}}, objs...)
-	}
 	for _, o := range objs {
 		run.objects.apply(h, o)
 	}

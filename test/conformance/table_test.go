@@ -58,3 +58,33 @@ func TestTableIsWellFormed(t *testing.T) {
 		})
 	}
 }
+
+// TestDifferences checks how a probe's Differences apply: to the proxy
+// they name, in every mode or one, and not to others; and that a
+// difference without its reason or with a bad want is refused.
+func TestDifferences(t *testing.T) {
+	p := Probe{From: "client", To: "10.96.0.10:80", Want: Pods("pod-a"), Source: "client",
+		Differs: []Difference{{Proxy: "kube-proxy/iptables", Want: Refused, Why: "an example"}}}
+	if err := p.validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]Want{"kube-proxy/iptables": Refused, "kube-proxy/nftables": Pods("pod-a"), "other": Pods("pod-a")} {
+		got := p.forProxy(name)
+		if got.Want.String() != want.String() || got.Differs != nil {
+			t.Errorf("for %s: want %s, got %s (differs %v)", name, want, got.Want, got.Differs)
+		}
+		if want.kind == wantRefused && got.Source != "" {
+			t.Errorf("for %s: the probe's source %q still checked", name, got.Source)
+		}
+	}
+	p.Differs[0].Proxy = "kube-proxy"
+	if got := p.forProxy("kube-proxy/nftables"); got.Want.kind != wantRefused {
+		t.Errorf(`"kube-proxy" did not apply to every mode: %s`, got.Want)
+	}
+	for _, bad := range []Difference{{Proxy: "kube-proxy", Want: Refused}, {Proxy: "kube-proxy", Want: Refused, Source: "node", Why: "x"}} {
+		p.Differs = []Difference{bad}
+		if err := p.validate(); err == nil {
+			t.Errorf("%+v: accepted", bad)
+		}
+	}
+}
