@@ -18,7 +18,6 @@ import (
 // service naming another proxy is not ours to program.
 const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 
-
 // Config is what the planner needs to know about this node.
 type Config struct {
 	NodeName string

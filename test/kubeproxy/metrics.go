@@ -1,6 +1,7 @@
 package kubeproxy
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -177,7 +178,7 @@ func (p *Process) WaitSettled(ctx context.Context, mark Snapshot, want Changes) 
 		prev = s
 		select {
 		case <-p.done:
-			return fmt.Errorf("kube-proxy exited: %v", p.waitErr)
+			return fmt.Errorf("kube-proxy exited: %w", p.waitErr)
 		case <-ctx.Done():
 			return fmt.Errorf("kube-proxy did not commit %+v in time: %w", want, last)
 		case <-time.After(settlePoll):
@@ -200,9 +201,9 @@ func (p *Process) WaitFirstSync(ctx context.Context) error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("kube-proxy exited before its first sync: %v", p.waitErr)
+			return fmt.Errorf("kube-proxy exited before its first sync: %w", p.waitErr)
 		case <-ctx.Done():
-			return fmt.Errorf("kube-proxy made no first sync in time (last reading %v, %v)", s, err)
+			return fmt.Errorf("kube-proxy made no first sync in time (last reading %v): %w", s, cmp.Or(err, ctx.Err()))
 		case <-time.After(settlePoll):
 		}
 	}

@@ -86,7 +86,7 @@ type Namespace struct {
 // newNamespace creates a network namespace and bind-mounts it at
 // /run/netns/<name>. The calling thread's namespace is never changed.
 func newNamespace(name string) (*Namespace, error) {
-	if err := os.MkdirAll(runDir, 0o755); err != nil {
+	if err := prepareRunDir(); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(runDir, name)
@@ -111,6 +111,27 @@ func newNamespace(name string) (*Namespace, error) {
 	}
 	return &Namespace{Name: name, handle: h}, nil
 }
+
+// runDirOnce makes runDir a shared mount point of its own once per process.
+var runDirOnce = sync.OnceValue(func() error {
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return err
+	}
+	if unix.Mount("", runDir, "", unix.MS_SHARED|unix.MS_REC, "") == nil {
+		return nil // a mount point already
+	}
+	if err := unix.Mount(runDir, runDir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s onto itself: %w", runDir, err)
+	}
+	return unix.Mount("", runDir, "", unix.MS_SHARED|unix.MS_REC, "")
+})
+
+// prepareRunDir makes runDir a shared mount point, as `ip netns add` does
+// before its first namespace. Without it, the first `ip netns add` run by
+// anything else (a benchmark, a developer) mounts runDir onto itself over
+// the namespaces this process already mounted there, which then can no
+// longer be unmounted and leak.
+func prepareRunDir() error { return runDirOnce() }
 
 // unmount detaches the namespace's bind mount and removes the mount point.
 func unmount(path string) error {
