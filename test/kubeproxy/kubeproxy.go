@@ -131,6 +131,14 @@ func configFile(cfg Config) string {
 	for i, c := range cfg.ClusterCIDRs {
 		cidrs[i] = c.String()
 	}
+	minSync := cfg.MinSyncPeriod
+	if minSync == 0 {
+		// kube-proxy's v1alpha1 defaulting turns a zero minSyncPeriod
+		// into 1s (pkg/proxy/apis/config/v1alpha1/defaults.go), and with
+		// --config the --iptables-min-sync-period flag is ignored; the
+		// smallest non-zero period syncs at once, as 0 would.
+		minSync = time.Nanosecond
+	}
 	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
@@ -156,7 +164,7 @@ conntrack:
   minSyncPeriod: %s
   syncPeriod: %s
 `, cfg.Kubeconfig, cfg.NodeName, cfg.Mode, HealthzAddress, MetricsAddress, strings.Join(cidrs, ","),
-		cfg.Mode, cfg.MasqueradeAll, cfg.MinSyncPeriod, cfg.SyncPeriod)
+		cfg.Mode, cfg.MasqueradeAll, minSync, cfg.SyncPeriod)
 }
 
 // environment is kube-proxy's environment: the caller's, with, for an
@@ -217,7 +225,7 @@ func (p *Process) Stop() error {
 	defer p.cancel()
 	select {
 	case <-p.done:
-		return fmt.Errorf("kube-proxy had already exited: %v", p.waitErr)
+		return fmt.Errorf("kube-proxy had already exited: %w", p.waitErr)
 	default:
 	}
 	pgid := p.cmd.Process.Pid
@@ -254,7 +262,7 @@ func reapGroup(pgid int) error {
 			return nil
 		}
 		if err != nil || time.Now().After(deadline) {
-			return fmt.Errorf("processes of kube-proxy's group %d remain: %v", pgid, err)
+			return fmt.Errorf("processes of kube-proxy's group %d remain: %w", pgid, err)
 		}
 		time.Sleep(10 * time.Millisecond) // the kernel reaps them; nothing to wait on
 	}
