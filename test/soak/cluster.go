@@ -42,7 +42,7 @@ type cluster struct {
 	// kubeconfig authenticates as Weir's ServiceAccount, bound only by
 	// deploy/kubernetes's RBAC.
 	kubeconfig string
-	echo       []*echoServer
+	echo       []*netns.Echo
 }
 
 // startCluster starts the control plane, applies Weir's RBAC, creates the
@@ -121,11 +121,11 @@ func (c *cluster) startTopology(t *harnessT, pods int) error {
 		}
 		c.pods = append(c.pods, p)
 		if i < 2 {
-			e, err := startEcho(p)
+			e, err := netns.StartEcho(p, echoPort)
 			if err != nil {
 				return err
 			}
-			t.Cleanup(e.close)
+			t.Cleanup(e.Close)
 			c.echo = append(c.echo, e)
 		}
 	}

@@ -229,68 +229,6 @@ func keys(m map[string]bool) []string {
 	return out
 }
 
-// echoServer echoes lines on echoPort in a pod, for long-lived connections.
-type echoServer struct {
-	ln net.Listener
-	wg sync.WaitGroup
-
-	mu    sync.Mutex
-	conns map[net.Conn]bool
-}
-
-func startEcho(p *netns.Pod) (*echoServer, error) {
-	e := &echoServer{conns: map[net.Conn]bool{}}
-	err := p.NS.Do(func() (err error) {
-		e.ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", echoPort))
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pod %s: echo server: %w", p.Name, err)
-	}
-	e.wg.Go(func() {
-		for {
-			c, err := e.ln.Accept()
-			if err != nil {
-				return
-			}
-			e.mu.Lock()
-			e.conns[c] = true
-			e.mu.Unlock()
-			e.wg.Go(func() { e.serve(c) })
-		}
-	})
-	return e, nil
-}
-
-func (e *echoServer) serve(c net.Conn) {
-	defer func() {
-		e.mu.Lock()
-		delete(e.conns, c)
-		e.mu.Unlock()
-		c.Close()
-	}()
-	r := bufio.NewReader(c)
-	for {
-		line, err := r.ReadBytes('\n')
-		if err != nil {
-			return
-		}
-		if _, err := c.Write(line); err != nil {
-			return
-		}
-	}
-}
-
-func (e *echoServer) close() {
-	e.ln.Close()
-	e.mu.Lock()
-	for c := range e.conns {
-		c.Close()
-	}
-	e.mu.Unlock()
-	e.wg.Wait()
-}
-
 // heldConn is a long-lived TCP connection through a service address; it
 // sends a line every second and expects it back.
 type heldConn struct {
