@@ -48,6 +48,18 @@ type KubeProxyRemover interface {
 	RemoveKubeProxy(ctx context.Context) error
 }
 
+// HandBacker is a backend that can hand a node back to kube-proxy: `weir
+// cleanup --keep-kube-proxy`, run once Weir has stopped and kube-proxy, in
+// the mode Weir ran in, has synced. Until then both rule sets serve side
+// by side; the hand-back removes what is Weir's alone and leaves what
+// kube-proxy now serves with.
+type HandBacker interface {
+	// HandBack removes Weir's own state of the backend's mode and leaves
+	// everything kube-proxy uses, or names as kube-proxy names it. It logs
+	// what it removed; it is not an error when there is nothing to remove.
+	HandBack(ctx context.Context) error
+}
+
 // Reporter is a Backend that says what its latest Sync did in the kernel.
 // The proxy asks for the Report after every Sync and turns it into
 // metrics; a backend without it reports nothing.

@@ -597,24 +597,21 @@ func mergeChains(lists ...map[string][]string) map[string][]string {
 }
 
 // Cleanup removes everything Weir, or kube-proxy in iptables or IPVS mode,
-// put in the nat and filter tables of both families: the jump rules into
-// its chains, then the chains. Other rules and chains stay. It is not an
+// put in the nat and filter tables of both families, and kube-proxy's
+// canary chains in mangle, nat and filter: the jump rules into those
+// chains, then the chains. Other rules and chains stay. It is not an
 // error when there is nothing to remove.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var errs []error
+	_, err := b.removeChains(ctx, func(table, c string) bool {
+		return (table != tableMangle && ownedChain(c)) || kubeProxyLeftover(table, c)
+	})
 	for _, fam := range b.fams {
-		for _, table := range []string{tableFilter, tableNAT} {
-			removable := func(c string) bool { return ownedChain(c) || slices.Contains(kubeProxyIPVSChains[table], c) }
-			if _, err := cleanupTable(ctx, b.opts.NetNS, fam.ipt, fam.tools, table, removable); err != nil {
-				errs = append(errs, err)
-			}
-		}
 		fam.last, fam.stray, fam.stamped = nil, nil, false
 	}
 	b.synced = false
-	return errors.Join(errs...)
+	return err
 }
 
 // Close releases the backend's resources; it holds none between calls.

@@ -53,10 +53,14 @@ func newTableLook(withRefs bool) *tableLook {
 
 // lookFamily reads the nat and filter tables of family f, keyed by table.
 func (b *Backend) lookFamily(ctx context.Context, f ipFamily) (map[string]*tableLook, error) {
+	return b.lookTables(ctx, f, []string{tableFilter, tableNAT})
+}
+
+// lookTables reads the tables of family f, keyed by table.
+func (b *Backend) lookTables(ctx context.Context, f ipFamily, tables []string) (map[string]*tableLook, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	tables := []string{tableFilter, tableNAT}
 	if b.fl.name == flavourNFT {
 		out, err := lookNFT(b.opts.NetNS, f, tables)
 		if err != nil {

@@ -190,10 +190,10 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := b.deleteServers(ours); err != nil {
+	if _, err := b.deleteServers(ours); err != nil {
 		return err
 	}
-	if err := b.masq.cleanup(b.opts.NetNS); err != nil {
+	if _, _, err := b.masq.cleanup(b.opts.NetNS); err != nil {
 		return err
 	}
 	if link != nil {
@@ -207,17 +207,21 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 }
 
 // deleteServers deletes every virtual server of the kernel that scope
-// holds, in one batch.
-func (b *Backend) deleteServers(scope func(vsKey) bool) error {
+// holds, in one batch, and returns their keys.
+func (b *Backend) deleteServers(scope func(vsKey) bool) ([]vsKey, error) {
 	kernel, err := readKernel(b.genl, scope)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	keys := slices.SortedFunc(maps.Keys(kernel), vsKey.compare)
 	var dels []op
-	for _, k := range slices.SortedFunc(maps.Keys(kernel), vsKey.compare) {
+	for _, k := range keys {
 		dels = append(dels, op{kind: opDelVS, key: k})
 	}
-	return applyBatch(b.genl, kernel, dels, b.now())
+	if err := applyBatch(b.genl, kernel, dels, b.now()); err != nil {
+		return nil, err
+	}
+	return keys, nil
 }
 
 // Flavour returns the iptables flavour of the masquerade layer ("legacy"

@@ -161,15 +161,21 @@ func updateSets(c ipsetConn, refs map[setEntry]int, old, new []setEntry) error {
 	return firstOf(errs)
 }
 
-// destroySets removes every set of the layer; missing ones are fine.
-func destroySets(c ipsetConn) error {
+// destroySets removes every set of the layer and returns the names of
+// those it destroyed; missing ones are fine.
+func destroySets(c ipsetConn) ([]string, error) {
+	var destroyed []string
 	var errs []error
 	for _, s := range allSets() {
-		if err := c.IpsetDestroy(s.name); err != nil && !errors.Is(err, unix.ENOENT) {
+		err := c.IpsetDestroy(s.name)
+		switch {
+		case err == nil:
+			destroyed = append(destroyed, s.name)
+		case !errors.Is(err, unix.ENOENT):
 			errs = append(errs, fmt.Errorf("ipvs: destroy ipset %s: %w", s.name, err))
 		}
 	}
-	return firstOf(errs)
+	return destroyed, firstOf(errs)
 }
 
 func delEntryRaw(c ipsetConn, set string, e *netlink.IPSetEntry) error {

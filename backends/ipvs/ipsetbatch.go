@@ -43,6 +43,20 @@ func newSetConn(h *netlink.Handle, fd int) (*setConn, error) {
 // Close closes the nfnetlink socket (not the handle).
 func (c *setConn) Close() { c.sock.Close() }
 
+// IpsetDestroy destroys the set name, in place of netlink.Handle's: it
+// asks with NLM_F_EXCL, without which the kernel (6.1 in the VM, 6.18
+// here) answers success for a set that does not exist, so that a missing
+// set fails with ENOENT and the cleanups can tell what they destroyed.
+func (c *setConn) IpsetDestroy(name string) error {
+	req := nl.NewNetlinkRequest(nl.IPSET_CMD_DESTROY|(unix.NFNL_SUBSYS_IPSET<<8), unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_EXCL)
+	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_NETFILTER: c.sock}
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, nl.Uint8Attr(nl.IPSET_PROTOCOL)))
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME, nl.ZeroTerminated(name)))
+	_, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	return ipsetErr(err)
+}
+
 // apply adds (or with del, deletes) entries of one set, as many per
 // message as batchBytes allows. Adding a present entry and deleting a
 // missing one succeed. A message stops at its first failing entry; the

@@ -95,10 +95,10 @@ func ensureJumps(netNS int, ipt *goipt.IPTables, tool string) error {
 	})
 }
 
-// removeRules deletes the jumps and the layer's chains; missing ones are
-// fine.
-func removeRules(netNS int, ipt *goipt.IPTables) error {
-	return xtables.InNetNS(netNS, func() error {
+// removeRules deletes the jumps and the layer's chains, and returns the
+// chains it deleted as "table chain"; missing ones are fine.
+func removeRules(netNS int, ipt *goipt.IPTables) (removed []string, err error) {
+	err = xtables.InNetNS(netNS, func() error {
 		for _, j := range jumps {
 			// Without its target chain there is no jump, and iptables
 			// cannot even check for one.
@@ -119,8 +119,12 @@ func removeRules(netNS int, ipt *goipt.IPTables) error {
 				if err != nil {
 					return fmt.Errorf("ipvs: delete chain %s %s: %w", t.table, c, err)
 				}
+				if ok {
+					removed = append(removed, t.table+" "+c)
+				}
 			}
 		}
 		return nil
 	})
+	return removed, err
 }

@@ -54,7 +54,7 @@ func (b *Backend) removeKubeProxy() error {
 	if err != nil {
 		return err
 	}
-	if err := b.deleteServers(b.kubeProxyScope(addrSet(onLink), addrSet(local))); err != nil {
+	if _, err := b.deleteServers(b.kubeProxyScope(addrSet(onLink), addrSet(local))); err != nil {
 		return fmt.Errorf("ipvs: delete kube-proxy's virtual servers: %w", err)
 	}
 	var errs []error

@@ -227,11 +227,11 @@ func TestSetsFullAndPartial(t *testing.T) {
 	if err := updateSets(f, refs, []setEntry{a, b}, []setEntry{a}); err != nil || len(f.sets[setExternal]) != 0 || refs[a] != 1 {
 		t.Fatalf("drop the last reference: ops %q, refs %v, err %v", f.ops, refs, err)
 	}
-	if err := destroySets(f); err != nil || len(f.sets) != 0 {
-		t.Fatalf("destroy: %v, left %v", err, slices.Collect(maps.Keys(f.sets)))
+	if destroyed, err := destroySets(f); err != nil || len(f.sets) != 0 || len(destroyed) != len(allSets()) {
+		t.Fatalf("destroy: %v, destroyed %v, left %v", err, destroyed, slices.Collect(maps.Keys(f.sets)))
 	}
-	if err := destroySets(f); err != nil {
-		t.Fatalf("destroy again: %v", err)
+	if destroyed, err := destroySets(f); err != nil || len(destroyed) != 0 {
+		t.Fatalf("destroy again: %v, destroyed %v", err, destroyed)
 	}
 }
 

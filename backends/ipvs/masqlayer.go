@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"path/filepath"
 	"slices"
 
 	goipt "github.com/coreos/go-iptables/iptables"
@@ -172,20 +173,25 @@ func (m *masqLayer) markRules() []markRule {
 
 // cleanup removes the rules, in both flavours (the sets cannot go while
 // rules of either use them; the other's binaries may be missing), then
-// the sets.
-func (m *masqLayer) cleanup(netNS int) error {
+// the sets. It returns the chains it deleted, as "iptables-legacy nat
+// WEIR-IPVS-SERVICES", and the sets it destroyed.
+func (m *masqLayer) cleanup(netNS int) (chains, sets []string, err error) {
 	var errs []error
-	ipts := m.ipts
+	tools, ipts := m.tools, m.ipts
 	other := map[string]string{FlavourNFT: FlavourLegacy, FlavourLegacy: FlavourNFT}[m.flavour]
-	if _, more, err := flavourIPTables(other); err == nil {
-		ipts = append(slices.Clone(ipts), more...)
+	if moreTools, more, err := flavourIPTables(other); err == nil {
+		tools, ipts = slices.Concat(tools, moreTools), slices.Concat(ipts, more)
 	}
-	for _, ipt := range ipts {
-		errs = append(errs, removeRules(netNS, ipt))
+	for i, ipt := range ipts {
+		removed, err := removeRules(netNS, ipt)
+		for _, c := range removed {
+			chains = append(chains, filepath.Base(tools[i].iptables)+" "+c)
+		}
+		errs = append(errs, err)
 	}
-	errs = append(errs, destroySets(m.sets))
+	sets, err = destroySets(m.sets)
 	m.refs, m.podCIDRs, m.marks, m.marksChanged = map[setEntry]int{}, nil, map[markRule]int{}, false
-	return firstOf(errs)
+	return chains, sets, firstOf(append(errs, err))
 }
 
 func entriesOf(st *serviceState) []setEntry {

@@ -212,7 +212,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	defer b.mu.Unlock()
 	t := b.kubeProxyTxns()
 	for _, tb := range b.tables {
-		t = append(t, &txn{table: tb.layout.table, ops: []op{{kind: opAddTable}, {kind: opDelTable}}})
+		t = append(t, dropTable(tb.layout.table))
 	}
 	if err := b.commit(true, t...); err != nil {
 		return fmt.Errorf("remove Weir's and kube-proxy's tables: %w", err)

@@ -37,9 +37,7 @@ func (b *Backend) kubeProxyTxns() []*txn {
 	}
 	var t []*txn
 	for _, f := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
-		// Adding a table that exists changes nothing, so the delete that
-		// follows never fails for want of one.
-		t = append(t, &txn{table: &nftables.Table{Name: kubeProxyTable, Family: f}, ops: []op{{kind: opAddTable}, {kind: opDelTable}}})
+		t = append(t, dropTable(&nftables.Table{Name: kubeProxyTable, Family: f}))
 	}
 	return t
 }

@@ -404,12 +404,23 @@ var cleanupTargets = []struct{ mode, flavour string }{
 	{"ipvs", ""},
 }
 
-// runCleanup removes Weir's rules from every mode, like kube-proxy's
-// --cleanup, so that switching modes leaves nothing behind. Only a failure
-// in the configured mode fails the command: with iptables.backend nft or
-// legacy, that flavour's; with auto, a failure of every flavour. The
-// others, such as mode ipvs on a host without the ip_vs module, are logged.
+// runCleanup removes Weir's rules from every mode, and kube-proxy's, like
+// kube-proxy's --cleanup, so that switching modes leaves nothing behind;
+// with --keep-kube-proxy it is the hand-back to kube-proxy instead, which
+// removes only Weir's own state of every mode (see handBackTarget).
 func runCleanup(env *environment) error {
+	if keep, _ := env.flags.GetBool(keepKubeProxyFlag); keep {
+		return everyTarget(env, handBackTarget, "")
+	}
+	return everyTarget(env, cleanupTarget, "Removed Weir's rules")
+}
+
+// everyTarget runs pass for each of cleanupTargets and logs done for each
+// that succeeded (nothing when done is empty). Only a failure in the
+// configured mode fails the command: with iptables.backend nft or legacy,
+// that flavour's; with auto, a failure of every flavour. The others, such
+// as mode ipvs on a host without the ip_vs module, are logged.
+func everyTarget(env *environment, pass func(env *environment, mode, flavour string) error, done string) error {
 	errs := make([]error, len(cleanupTargets))
 	skip := env.cfg.Mode != "ipvs" && !ipvsInKernel()
 	if skip {
@@ -422,8 +433,15 @@ func runCleanup(env *environment) error {
 			errs[i] = errSkipped
 			continue
 		}
-		errs[i] = cleanupTarget(env, m.mode, m.flavour)
+		errs[i] = pass(env, m.mode, m.flavour)
 	}
+	return targetErrors(env, errs, done)
+}
+
+// targetErrors logs done for each of cleanupTargets without an error (in
+// errs, by index), logs the errors of the targets not in use, and returns
+// those of the configured mode (see everyTarget).
+func targetErrors(env *environment, errs []error, done string) error {
 	var failed error
 	seen := map[string]bool{} // two flavours of a mode often fail alike
 	for i, m := range cleanupTargets {
@@ -433,7 +451,9 @@ func runCleanup(env *environment) error {
 		switch {
 		case errors.Is(err, errSkipped):
 		case err == nil:
-			env.log.Info("Removed Weir's rules", "mode", m.mode, "flavour", m.flavour)
+			if done != "" {
+				env.log.Info(done, "mode", m.mode, "flavour", m.flavour)
+			}
 		case configured:
 			if !seen[err.Error()] {
 				seen[err.Error()] = true

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/weirproxy/weir/test/netns"
 )
 
@@ -170,4 +172,77 @@ func weirInVM(t *testing.T, ns *netns.Namespace, args ...string) string {
 		t.Fatalf("weir %s: %v", strings.Join(args, " "), err)
 	}
 	return string(out)
+}
+
+// TestVMIPVSHandBack hands a node Weir served in mode ipvs back to
+// kube-proxy's IPVS mode, whose interface kube-ipvs0 holds the cluster IP
+// as kube-proxy's first sync leaves it. `weir cleanup --keep-kube-proxy`
+// removes Weir's interface, WEIR-IPVS-* chains and ipsets, and keeps the
+// virtual server, which kube-proxy's IPVS mode shares with Weir (same
+// address and port) and takes over: the cluster IP still answers from
+// every pod.
+func TestVMIPVSHandBack(t *testing.T) {
+	netns.RequireRoot(t)
+	if !ipvsInKernel() {
+		t.Fatalf("no %s: the VM must load ip_vs", procIPVS)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(ipvsManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	topo := netns.NewThreePods(t)
+	const ifName = "weir-test0"
+	weirInVM(t, topo.Node, "sync", "--once", "--source-path", dir, "--node-name", demoNode,
+		"--mode", "ipvs", "--ipvs-interface", ifName, "--iptables-backend", "legacy")
+	if err := topo.Node.Do(addKubeIPVS0); err != nil {
+		t.Fatalf("kube-ipvs0: %v", err)
+	}
+
+	out := weirInVM(t, topo.Node, "cleanup", "--keep-kube-proxy", "--mode", "ipvs", "--node-name", demoNode, "--ipvs-interface", ifName)
+	for _, want := range []string{`what="IPVS interface" removed=` + ifName, `what="IPVS ipsets" removed="WEIR-IPVS-`, "iptables-legacy nat WEIR-IPVS-SERVICES"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("weir cleanup --keep-kube-proxy did not log %s", want)
+		}
+	}
+	var table, chains []byte
+	var links []string
+	err := topo.Node.Do(func() error {
+		var err error
+		if table, err = os.ReadFile("/proc/thread-self/net/ip_vs"); err != nil {
+			return err
+		}
+		for _, name := range []string{ifName, "kube-ipvs0"} {
+			if _, err := net.InterfaceByName(name); err == nil {
+				links = append(links, name)
+			}
+		}
+		chains, err = exec.Command("/usr/sbin/iptables-legacy", "-t", "nat", "-S").CombinedOutput()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(table), "TCP  0A60000A:0050") {
+		t.Errorf("the hand-back removed the virtual server kube-proxy shares:\n%s", table)
+	}
+	if strings.Join(links, " ") != "kube-ipvs0" {
+		t.Errorf("interfaces after the hand-back: %v, want kube-ipvs0 only", links)
+	}
+	if strings.Contains(string(chains), "WEIR-IPVS-") {
+		t.Errorf("after the hand-back iptables-legacy still has WEIR-IPVS-* rules:\n%s", chains)
+	}
+	netns.WantPods(t, "after the hand-back", netns.DialMany(t, topo.Client, webVIP, 30), "pod-a", "pod-b", "pod-c")
+}
+
+// addKubeIPVS0 adds kube-proxy's IPVS interface, a dummy holding the
+// demo's cluster IP, in the caller's namespace.
+func addKubeIPVS0() error {
+	if err := netlink.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "kube-ipvs0"}}); err != nil {
+		return err
+	}
+	l, err := netlink.LinkByName("kube-ipvs0")
+	if err != nil {
+		return err
+	}
+	return netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: webVIP.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}})
 }

@@ -36,7 +36,7 @@ var commands = []command{
 	{"sync", "sync the rules once and exit (requires --once)", syncFlags, runSync, nil},
 	{"plan", "print the rule plan computed from the source, after the plugins; touches no kernel", loadFlags, runPlan, nil},
 	{"verify", "compare the kernel's rules with the plan and list every divergence; writes nothing", verifyFlags, runVerify, nil},
-	{"cleanup", "remove every rule Weir installed, in every mode", nil, runCleanup, nil},
+	{"cleanup", "remove Weir's and kube-proxy's rules, in every mode (--keep-kube-proxy: only Weir's own, to hand back to kube-proxy)", cleanupFlags, runCleanup, nil},
 	{"plugin", "plugin test: show what a hook plugin does to the services of a manifests folder", nil, nil, runPluginCommand},
 	{"config", "config convert FILE: print the Weir configuration equivalent to a KubeProxyConfiguration", nil, nil, runConfigCommand},
 	{"version", "print the version", nil, nil, nil},
