@@ -188,7 +188,11 @@ func runDaemon(env *environment) error {
 		return err
 	}
 	defer stop()
-	stop, err = serve(env, "metricsBindAddress", env.cfg.MetricsBindAddress, m.Handler())
+	mh := m.Handler()
+	if env.cfg.EnableProfiling {
+		mh = withProfiling(mh)
+	}
+	stop, err = serve(env, "metricsBindAddress", env.cfg.MetricsBindAddress, mh)
 	if err != nil {
 		return err
 	}

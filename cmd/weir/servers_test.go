@@ -1,7 +1,10 @@
 package main
 
 import (
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -28,5 +31,24 @@ func TestRunBindError(t *testing.T) {
 				t.Errorf("stderr does not name %q and the cause:\n%s", want, stderr)
 			}
 		})
+	}
+}
+
+// TestWithProfiling checks that enableProfiling's handler serves the heap
+// profile and still passes every other path to the metrics handler.
+func TestWithProfiling(t *testing.T) {
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("metrics")) })
+	srv := httptest.NewServer(withProfiling(metrics))
+	defer srv.Close()
+	for path, want := range map[string]string{"/metrics": "metrics", "/debug/pprof/heap?debug=1": "heap profile:"} {
+		res, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), want) {
+			t.Errorf("GET %s: %s, %.40q; want 200 and %q", path, res.Status, body, want)
+		}
 	}
 }

@@ -74,6 +74,9 @@ type Config struct {
 	// HealthzBindAddress is the IP:port of the /healthz and /livez server;
 	// empty disables it.
 	HealthzBindAddress string
+	// EnableProfiling serves Go's profiles (net/http/pprof) under
+	// /debug/pprof/ on the metrics server, as kube-proxy's enableProfiling.
+	EnableProfiling bool
 	// Log configures the process log.
 	Log LogConfig
 	// NFTables holds settings used only by the nftables backend.

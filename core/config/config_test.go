@@ -114,6 +114,7 @@ func TestNames(t *testing.T) {
 		{"minSyncPeriod", "WEIR_MIN_SYNC_PERIOD", "min-sync-period"},
 		{"metricsBindAddress", "WEIR_METRICS_BIND_ADDRESS", "metrics-bind-address"},
 		{"healthzBindAddress", "WEIR_HEALTHZ_BIND_ADDRESS", "healthz-bind-address"},
+		{"enableProfiling", "WEIR_ENABLE_PROFILING", "profiling"},
 		{"log.format", "WEIR_LOG_FORMAT", "log-format"},
 		{"log.level", "WEIR_LOG_LEVEL", "log-level"},
 		{"nftables.table", "WEIR_NFTABLES_TABLE", "nftables-table"},

@@ -117,7 +117,7 @@ func TestUnknownKeys(t *testing.T) {
 			`config: unknown key "log.colour" in file FILE; known keys: format, level`},
 		{"dotted key in YAML",
 			input{yaml: "source.kind: files\n"},
-			`config: unknown key "source.kind" in file FILE; known keys: mode, nodeName, source, clusterCIDRs, serviceCIDRs, localDetector, masqueradeAll, localhostNodePorts, nodePortAddresses, nodePortRange, takeover, syncPeriod, minSyncPeriod, metricsBindAddress, healthzBindAddress, log, nftables, iptables, conntrack, ipvs, hooks, plugins`},
+			`config: unknown key "source.kind" in file FILE; known keys: mode, nodeName, source, clusterCIDRs, serviceCIDRs, localDetector, masqueradeAll, localhostNodePorts, nodePortAddresses, nodePortRange, takeover, syncPeriod, minSyncPeriod, metricsBindAddress, healthzBindAddress, enableProfiling, log, nftables, iptables, conntrack, ipvs, hooks, plugins`},
 		{"typo in the ipvs section",
 			input{yaml: "ipvs:\n  strictArp: true\n"},
 			`config: unknown key "ipvs.strictArp" in file FILE; did you mean "ipvs.strictARP"?`},
@@ -129,7 +129,7 @@ func TestUnknownKeys(t *testing.T) {
 			`config: unknown environment variable WEIR_SYNCPERIOD; did you mean "WEIR_SYNC_PERIOD"?`},
 		{"plugins have no variable",
 			input{env: []string{"WEIR_PLUGINS=a"}},
-			`config: unknown environment variable WEIR_PLUGINS; known variables: WEIR_CONFIG, WEIR_MODE, WEIR_NODE_NAME, WEIR_SOURCE_KIND, WEIR_SOURCE_PATH, WEIR_SOURCE_KUBECONFIG, WEIR_CLUSTER_CIDRS, WEIR_SERVICE_CIDRS, WEIR_LOCAL_DETECTOR_MODE, WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX, WEIR_MASQUERADE_ALL, WEIR_LOCALHOST_NODE_PORTS, WEIR_NODE_PORT_ADDRESSES, WEIR_NODE_PORT_RANGE, WEIR_TAKEOVER, WEIR_SYNC_PERIOD, WEIR_MIN_SYNC_PERIOD, WEIR_METRICS_BIND_ADDRESS, WEIR_HEALTHZ_BIND_ADDRESS, WEIR_LOG_FORMAT, WEIR_LOG_LEVEL, WEIR_NFTABLES_TABLE, WEIR_IPTABLES_BACKEND, WEIR_CONNTRACK_MAX_PER_CORE, WEIR_CONNTRACK_MIN, WEIR_CONNTRACK_TCP_ESTABLISHED_TIMEOUT, WEIR_CONNTRACK_TCP_CLOSE_WAIT_TIMEOUT, WEIR_CONNTRACK_TCP_BE_LIBERAL, WEIR_CONNTRACK_UDP_TIMEOUT, WEIR_CONNTRACK_UDP_STREAM_TIMEOUT, WEIR_IPVS_SCHEDULER, WEIR_IPVS_STRICT_ARP, WEIR_IPVS_GRACE_PERIOD, WEIR_IPVS_INTERFACE, WEIR_HOOKS_CACHE_DIR`},
+			`config: unknown environment variable WEIR_PLUGINS; known variables: WEIR_CONFIG, WEIR_MODE, WEIR_NODE_NAME, WEIR_SOURCE_KIND, WEIR_SOURCE_PATH, WEIR_SOURCE_KUBECONFIG, WEIR_CLUSTER_CIDRS, WEIR_SERVICE_CIDRS, WEIR_LOCAL_DETECTOR_MODE, WEIR_LOCAL_DETECTOR_INTERFACE_NAME_PREFIX, WEIR_MASQUERADE_ALL, WEIR_LOCALHOST_NODE_PORTS, WEIR_NODE_PORT_ADDRESSES, WEIR_NODE_PORT_RANGE, WEIR_TAKEOVER, WEIR_SYNC_PERIOD, WEIR_MIN_SYNC_PERIOD, WEIR_METRICS_BIND_ADDRESS, WEIR_HEALTHZ_BIND_ADDRESS, WEIR_ENABLE_PROFILING, WEIR_LOG_FORMAT, WEIR_LOG_LEVEL, WEIR_NFTABLES_TABLE, WEIR_IPTABLES_BACKEND, WEIR_CONNTRACK_MAX_PER_CORE, WEIR_CONNTRACK_MIN, WEIR_CONNTRACK_TCP_ESTABLISHED_TIMEOUT, WEIR_CONNTRACK_TCP_CLOSE_WAIT_TIMEOUT, WEIR_CONNTRACK_TCP_BE_LIBERAL, WEIR_CONNTRACK_UDP_TIMEOUT, WEIR_CONNTRACK_UDP_STREAM_TIMEOUT, WEIR_IPVS_SCHEDULER, WEIR_IPVS_STRICT_ARP, WEIR_IPVS_GRACE_PERIOD, WEIR_IPVS_INTERFACE, WEIR_HOOKS_CACHE_DIR`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

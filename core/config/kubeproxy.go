@@ -192,6 +192,7 @@ func (k *kubeProxy) convertAddresses() {
 		k.warn("bindAddressHardFail", "ignored: Weir always fails when it cannot serve a bind address")
 	}
 	k.setIf("nodePortAddresses", "nodePortAddresses")
+	k.setIf("enableProfiling", "enableProfiling")
 	switch m := k.str("detectLocalMode"); {
 	case m == "":
 	case slices.Contains(backends.LocalDetectors, backends.LocalDetector(m)):
@@ -283,7 +284,6 @@ func (k *kubeProxy) convertLogging() {
 // set to something else than their default.
 func (k *kubeProxy) ignored() {
 	why := map[string]string{
-		"enableProfiling":             "Weir serves no profiling endpoint",
 		"showHiddenMetricsForVersion": "Weir has no hidden metrics",
 		"portRange":                   "kube-proxy ignores it too since the userspace mode went",
 		"oomScoreAdj":                 "set it in the DaemonSet's pod spec",

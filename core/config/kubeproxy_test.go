@@ -120,7 +120,10 @@ func TestKubeProxyConfigRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Warnings) != 3 || !strings.HasPrefix(strings.Join(c.Warnings, "|"), "clientConnection.qps: ignored") {
-		t.Errorf("warnings %q, want clientConnection.qps, enableProfiling and oomScoreAdj", c.Warnings)
+	if len(c.Warnings) != 2 || !strings.HasPrefix(strings.Join(c.Warnings, "|"), "clientConnection.qps: ignored") {
+		t.Errorf("warnings %q, want clientConnection.qps and oomScoreAdj", c.Warnings)
+	}
+	if !c.EnableProfiling {
+		t.Error("enableProfiling: true did not turn profiling on")
 	}
 }
