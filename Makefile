@@ -113,6 +113,25 @@ bench-vm: vm-tools
 	$(GO) run ./hack/vmtest --timeout 60m --modules $(NFT_MODULES) $(BIN)/vm/nftables.test $(VM_BENCH) -test.bench 'FullSync10k|OneEndpointChange10k'
 	$(GO) run ./hack/vmtest --timeout 60m --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/ipvs.test $(VM_BENCH) -test.bench 'Sync10k'
 
+.PHONY: bench-compare
+
+# The side-by-side comparison's knobs: sizes (SERVICESxENDPOINTS), the
+# sizes also run with minSyncPeriod 0, modes, the cap on each run;
+# COMPARE_FLAGS passes more flags to hack/compare (go run ./hack/compare
+# --help). Not part of make test: the full matrix takes hours.
+COMPARE_SIZES ?= 1000x10,10000x10,5000x50,30000x10
+COMPARE_ZERO  ?= 10000x10
+COMPARE_MODES ?= nftables,iptables-nft,iptables-legacy,ipvs
+COMPARE_CAP   ?= 20m
+COMPARE_FLAGS ?=
+
+## bench-compare: as root, kube-proxy v1.37 and Weir side by side on one real control plane (hack/compare, test/compare): start to first sync, full sync, one change, churn latency, RSS, CPU and kernel objects per mode; COMPARE_SIZES, COMPARE_ZERO, COMPARE_MODES, COMPARE_CAP, COMPARE_FLAGS; the table goes to stdout and bin/compare/compare.md
+bench-compare: build
+	dir=$$(GO=$(GO) hack/controlplane/build.sh) && \
+	  WEIRTEST_CONTROLPLANE_BIN=$$dir $(GO) run ./hack/compare --weir $(BIN)/weir --kube-proxy $$dir/kube-proxy \
+	    --sizes $(COMPARE_SIZES) --zero-sizes '$(COMPARE_ZERO)' --modes $(COMPARE_MODES) --cap $(COMPARE_CAP) \
+	    --out $(BIN)/compare/compare.md $(COMPARE_FLAGS)
+
 # golangci-lint, pinned, built from the Go module proxy once into a cache
 # keyed by its version (about four minutes on two cores the first time).
 GOLANGCI_VERSION := v2.15.0
