@@ -110,7 +110,9 @@ func Start(ns *netns.Namespace, binary, dir string, cfg Config) (*Process, error
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	// A group of its own, so that Stop ends what kube-proxy started too
 	// (an iptables-restore, say), as a container runtime would.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: should the caller die without stopping it, kube-proxy
+	// dies too, rather than go on programming the node.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p.cmd.Cancel = func() error { return syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) }
 	p.cmd.WaitDelay = 5 * time.Second
 	p.Started = time.Now()
