@@ -141,13 +141,18 @@ type Affinity struct {
 }
 
 // Endpoint is one backend of a service port.
+//
+// A plan holds one per endpoint of every service port, so the fields are
+// laid out to leave no padding (88 bytes on 64-bit platforms).
 type Endpoint struct {
 	Address  netip.Addr
-	Port     uint16
 	NodeName string
 	Zone     string
 	// Pod names the endpoint's pod (its targetRef), or is empty.
-	Pod     string
+	Pod string
+	// Weight is the endpoint's share of new connections; 1 by default, 0 means drained.
+	Weight  uint32
+	Port    uint16
 	Ready   bool
 	Serving bool
 	// Terminating marks an endpoint whose pod is shutting down.
@@ -160,8 +165,6 @@ type Endpoint struct {
 	// topology), separately for the two policies.
 	ForCluster bool
 	ForLocal   bool
-	// Weight is the endpoint's share of new connections; 1 by default, 0 means drained.
-	Weight uint32
 }
 
 // AddrPort returns the endpoint's address and port.

@@ -3,6 +3,7 @@ package plan
 import (
 	"net/netip"
 	"testing"
+	"unsafe"
 )
 
 func sample() *Plan {
@@ -102,5 +103,18 @@ func TestExternalFieldsText(t *testing.T) {
 `
 	if got := lb.String(); got != want {
 		t.Errorf("String() =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestEndpointHasNoPadding keeps plan.Endpoint at 88 bytes on 64-bit
+// platforms: a plan holds one per endpoint of every service port (100k
+// at 10k services × 10 endpoints), and a field added in the wrong place
+// would pad it.
+func TestEndpointHasNoPadding(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is checked on 64-bit platforms")
+	}
+	if n := unsafe.Sizeof(Endpoint{}); n > 88 {
+		t.Errorf("plan.Endpoint is %d bytes, want at most 88", n)
 	}
 }
