@@ -13,23 +13,55 @@ import (
 // range holds 2768 ports).
 const maxNodePorts = 2700
 
+// narrow is the most endpoints per service addressed the original way;
+// wider services take their addresses from another range.
+const narrow = 16
+
+// SliceSize is how many endpoints one EndpointSlice of a wider service
+// holds: the EndpointSlice controller's default --max-endpoints-per-slice.
+const SliceSize = 100
+
 // Manifest returns service i's manifest: a Service in namespace "bench" and
-// its EndpointSlice with eps endpoints (at most 16) on nodes node-0..2 (the
-// benchmarks run as node-0). Services mix the types an operator runs: of
-// every ten, five are ClusterIP (one with ClientIP affinity), three NodePort
-// and two LoadBalancer with an ingress IP and source ranges, one of them
-// with externalTrafficPolicy Local. Node ports run out after 2700; later
-// NodePort services become ClusterIP and later load balancers get none. A non-zero version moves the first endpoint to
-// another address, so successive versions are one-endpoint changes.
+// its EndpointSlices with eps endpoints on nodes node-0..2 (the benchmarks
+// run as node-0). Services mix the types an operator runs: of every ten,
+// five are ClusterIP (one with ClientIP affinity), three NodePort and two
+// LoadBalancer with an ingress IP and source ranges, one of them with
+// externalTrafficPolicy Local. Node ports run out after 2700; later
+// NodePort services become ClusterIP and later load balancers get none. A
+// non-zero version moves the first endpoint to another address, so
+// successive versions are one-endpoint changes.
+//
+// Up to 16 endpoints, a service has one slice and its endpoints are at
+// 10.(128+i/4096).x.y, unique across services up to a million of them;
+// wider ones have slices of SliceSize endpoints at addresses numbered
+// i×eps+j from 10.160.0.0, unique across the cluster up to six million
+// endpoints in all.
 func Manifest(i, eps, version int) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata:\n  name: svc-%d\n  namespace: bench\nspec:\n", i)
 	b.WriteString(serviceSpec(i))
-	fmt.Fprintf(&b, `---
+	for s := 0; s == 0 || s*SliceSize < eps; s++ {
+		n := eps
+		if eps > narrow {
+			n = min(SliceSize, eps-s*SliceSize)
+		}
+		writeSlice(&b, i, s, eps, n, version)
+	}
+	return []byte(b.String())
+}
+
+// writeSlice writes slice s of service i: its n endpoints from the
+// (s×SliceSize)th.
+func writeSlice(b *strings.Builder, i, s, eps, n, version int) {
+	name := "abcde"
+	if s > 0 {
+		name = fmt.Sprintf("s%04d", s)
+	}
+	fmt.Fprintf(b, `---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:
-  name: svc-%d-abcde
+  name: svc-%d-%s
   namespace: bench
   labels:
     kubernetes.io/service-name: svc-%d
@@ -39,15 +71,25 @@ ports:
   port: 8080
   protocol: TCP
 endpoints:
-`, i, i)
-	for j := range min(eps, 16) {
-		addr := fmt.Sprintf("10.%d.%d.%d", 128+i>>12, (i>>4)&255, (i&15)<<4+j)
+`, i, name, i)
+	for k := range n {
+		j := s*SliceSize + k
+		addr := endpointAddr(i, j, eps)
 		if j == 0 && version > 0 {
 			addr = fmt.Sprintf("10.%d.%d.%d", 192+version%64, (i>>8)&255, i&255)
 		}
-		fmt.Fprintf(&b, "- addresses: [%q]\n  conditions: {ready: true}\n  nodeName: node-%d\n", addr, j%3)
+		fmt.Fprintf(b, "- addresses: [%q]\n  conditions: {ready: true}\n  nodeName: node-%d\n", addr, j%3)
 	}
-	return []byte(b.String())
+}
+
+// endpointAddr returns the address of endpoint j of service i of a
+// cluster whose services have eps endpoints each.
+func endpointAddr(i, j, eps int) string {
+	if eps <= narrow {
+		return fmt.Sprintf("10.%d.%d.%d", 128+i>>12, (i>>4)&255, (i&15)<<4+j)
+	}
+	a := i*eps + j
+	return fmt.Sprintf("10.%d.%d.%d", 160+a>>16, (a>>8)&255, a&255)
 }
 
 // serviceSpec returns the spec (and status) lines of service i.
