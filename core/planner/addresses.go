@@ -2,12 +2,12 @@ package planner
 
 import (
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -16,63 +16,47 @@ const defaultAffinitySeconds = 10800
 
 // serviceShape returns what every port of the service shares: addresses,
 // source ranges, traffic policies, health check port and affinity.
-func serviceShape(cfg Config, obj string, svc *corev1.Service) (*plan.Service, []Problem) {
+func serviceShape(cfg Config, obj string, svc *source.Service) (*plan.Service, []Problem) {
 	sh := &plan.Service{}
 	var problems []Problem
 	sh.ClusterIPs, problems = clusterIPs(obj, svc)
 	var p []Problem
-	sh.ExternalIPs, p = parseAddrs(obj, "spec.externalIPs", svc.Spec.ExternalIPs)
+	sh.ExternalIPs, p = parseAddrs(obj, "spec.externalIPs", svc.ExternalIPs)
 	problems = append(problems, p...)
-	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+	if svc.Type == corev1.ServiceTypeLoadBalancer {
 		sh.LoadBalancerIPs, p = ingressIPs(obj, svc)
 		problems = append(problems, p...)
 		sh.SourceRanges, p = sourceRanges(obj, svc)
 		problems = append(problems, p...)
 	}
-	sh.ExternalLocal = externalPolicyApplies(svc) && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
-	sh.InternalLocal = svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
-	if sh.ExternalLocal && svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+	sh.ExternalLocal = externalPolicyApplies(svc) && svc.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	sh.InternalLocal = svc.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	if sh.ExternalLocal && svc.Type == corev1.ServiceTypeLoadBalancer {
 		sh.HealthCheckNodePort, p = healthCheckPort(cfg, obj, svc)
 		problems = append(problems, p...)
 	}
 	sh.Affinity = affinity(svc)
+	// Hook plugins see the Service's labels and annotations: all of them
+	// but kubectl's last-applied copy, which the record leaves out.
 	sh.Labels = svc.Labels
-	sh.Annotations = pluginAnnotations(svc.Annotations)
+	sh.Annotations = svc.Annotations
 	return sh, problems
 }
 
 // externalPolicyApplies reports whether externalTrafficPolicy governs the
 // service: a NodePort or LoadBalancer service, or a ClusterIP service with
 // external IPs, as kube-proxy decides it (ExternallyAccessible).
-func externalPolicyApplies(svc *corev1.Service) bool {
-	return hasNodePorts(svc) || (svc.Spec.Type == corev1.ServiceTypeClusterIP && len(svc.Spec.ExternalIPs) > 0)
+func externalPolicyApplies(svc *source.Service) bool {
+	return hasNodePorts(svc) || (svc.Type == corev1.ServiceTypeClusterIP && len(svc.ExternalIPs) > 0)
 }
 
-// lastApplied is kubectl's copy of the whole object: large, and nothing a
-// plugin should decide on.
-const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
-
-// pluginAnnotations returns the annotations hook plugins see: all but
-// kubectl's last-applied copy. The map is shared when nothing is removed.
-func pluginAnnotations(a map[string]string) map[string]string {
-	if _, ok := a[lastApplied]; !ok {
-		return a
+func clusterIPs(obj string, svc *source.Service) ([]netip.Addr, []Problem) {
+	if len(svc.ClusterIPs) > 0 {
+		return parseAddrs(obj, "spec.clusterIPs", svc.ClusterIPs)
 	}
-	out := maps.Clone(a)
-	delete(out, lastApplied)
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-func clusterIPs(obj string, svc *corev1.Service) ([]netip.Addr, []Problem) {
-	if len(svc.Spec.ClusterIPs) > 0 {
-		return parseAddrs(obj, "spec.clusterIPs", svc.Spec.ClusterIPs)
-	}
-	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	ip, err := netip.ParseAddr(svc.ClusterIP)
 	if err != nil {
-		return nil, []Problem{{obj, "spec.clusterIP", fmt.Sprintf("%q is not an IP address", svc.Spec.ClusterIP)}}
+		return nil, []Problem{{obj, "spec.clusterIP", fmt.Sprintf("%q is not an IP address", svc.ClusterIP)}}
 	}
 	return []netip.Addr{ip.Unmap()}, nil
 }
@@ -104,11 +88,11 @@ func addAddr(ips []netip.Addr, problems []Problem, obj, field, s string) ([]neti
 // ingressIPs returns the load balancer's ingress IPs this node must capture:
 // those with ipMode VIP (or unset). With ipMode Proxy the balancer sends
 // traffic to the node itself, so capturing the IP would be wrong.
-func ingressIPs(obj string, svc *corev1.Service) ([]netip.Addr, []Problem) {
+func ingressIPs(obj string, svc *source.Service) ([]netip.Addr, []Problem) {
 	var ips []netip.Addr
 	var problems []Problem
-	for i, in := range svc.Status.LoadBalancer.Ingress {
-		if in.IP == "" || (in.IPMode != nil && *in.IPMode == corev1.LoadBalancerIPModeProxy) {
+	for i, in := range svc.Ingress {
+		if in.IP == "" || in.IPMode == corev1.LoadBalancerIPModeProxy {
 			continue
 		}
 		ips, problems = addAddr(ips, problems, obj, fmt.Sprintf("status.loadBalancer.ingress[%d].ip", i), in.IP)
@@ -116,10 +100,10 @@ func ingressIPs(obj string, svc *corev1.Service) ([]netip.Addr, []Problem) {
 	return ips, problems
 }
 
-func sourceRanges(obj string, svc *corev1.Service) ([]netip.Prefix, []Problem) {
+func sourceRanges(obj string, svc *source.Service) ([]netip.Prefix, []Problem) {
 	var out []netip.Prefix
 	var problems []Problem
-	for i, s := range svc.Spec.LoadBalancerSourceRanges {
+	for i, s := range svc.LoadBalancerSourceRanges {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			problems = append(problems, Problem{obj, fmt.Sprintf("spec.loadBalancerSourceRanges[%d]", i),
@@ -131,8 +115,8 @@ func sourceRanges(obj string, svc *corev1.Service) ([]netip.Prefix, []Problem) {
 	return out, problems
 }
 
-func healthCheckPort(cfg Config, obj string, svc *corev1.Service) (uint16, []Problem) {
-	p := svc.Spec.HealthCheckNodePort
+func healthCheckPort(cfg Config, obj string, svc *source.Service) (uint16, []Problem) {
+	p := svc.HealthCheckNodePort
 	if p == 0 {
 		return 0, nil
 	}
@@ -142,14 +126,13 @@ func healthCheckPort(cfg Config, obj string, svc *corev1.Service) (uint16, []Pro
 	return uint16(p), nil
 }
 
-func affinity(svc *corev1.Service) *plan.Affinity {
-	if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+func affinity(svc *source.Service) *plan.Affinity {
+	if svc.SessionAffinity != corev1.ServiceAffinityClientIP {
 		return nil
 	}
 	timeout := uint32(defaultAffinitySeconds)
-	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil &&
-		*c.ClientIP.TimeoutSeconds > 0 {
-		timeout = uint32(*c.ClientIP.TimeoutSeconds)
+	if svc.AffinityTimeout > 0 {
+		timeout = uint32(svc.AffinityTimeout)
 	}
 	return &plan.Affinity{TimeoutSeconds: timeout}
 }

@@ -27,28 +27,64 @@ const (
 	claimNodePort                      // protocol . port on every node address
 )
 
-// claim is one destination a service port claims.
+// claim is one destination a service port claims. The index holds one per
+// cluster IP, external IP, load-balancer IP and node port of every service
+// port: its fields are packed (32 bytes).
 type claim struct {
-	kind  claimKind
 	addr  netip.Addr // claimIP only
-	proto plan.Protocol
 	port  uint16
+	proto protoCode
+	kind  claimKind
+}
+
+// protoCode is a plan.Protocol in a byte.
+type protoCode uint8
+
+// The codes of the protocols a service port may use.
+const (
+	codeTCP protoCode = iota + 1
+	codeUDP
+	codeSCTP
+)
+
+// code returns p's code; the planner plans no other protocol.
+func code(p plan.Protocol) protoCode {
+	switch p {
+	case plan.UDP:
+		return codeUDP
+	case plan.SCTP:
+		return codeSCTP
+	}
+	return codeTCP
+}
+
+// protocol returns the protocol of a code.
+func (c protoCode) protocol() plan.Protocol {
+	switch c {
+	case codeUDP:
+		return plan.UDP
+	case codeSCTP:
+		return plan.SCTP
+	}
+	return plan.TCP
 }
 
 func (c claim) String() string {
 	if c.kind == claimNodePort {
-		return fmt.Sprintf("node port %d/%s", c.port, c.proto)
+		return fmt.Sprintf("node port %d/%s", c.port, c.proto.protocol())
 	}
-	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(c.addr, c.port), c.proto)
+	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(c.addr, c.port), c.proto.protocol())
 }
 
-// claimant is a service port claiming a destination.
+// claimant is a service port claiming destinations: the claims of its
+// latest Set, and the creation time of its object.
 type claimant struct {
 	key     plan.Key
 	created time.Time
+	claims  []claim
 }
 
-func (a claimant) compare(b claimant) int {
+func (a *claimant) compare(b *claimant) int {
 	if c := a.created.Compare(b.created); c != 0 {
 		return c
 	}
@@ -58,37 +94,39 @@ func (a claimant) compare(b claimant) int {
 // Claims indexes the destinations every service port claims and resolves
 // conflicts between them. It is not safe for concurrent use.
 type Claims struct {
-	byClaim map[claim][]claimant // sorted, the winner first
-	byKey   map[plan.Key][]claim
-	created map[plan.Key]time.Time
+	byClaim map[claim][]*claimant // sorted, the winner first
+	byKey   map[plan.Key]*claimant
 }
 
 // NewClaims returns an empty index.
 func NewClaims() *Claims {
-	return &Claims{byClaim: map[claim][]claimant{}, byKey: map[plan.Key][]claim{}, created: map[plan.Key]time.Time{}}
+	return &Claims{byClaim: map[claim][]*claimant{}, byKey: map[plan.Key]*claimant{}}
 }
 
 // claimsOf lists the destinations s claims; a health check node port
 // claims its TCP node port.
 func claimsOf(s *plan.Service) []claim {
-	var out []claim
+	n := len(s.ClusterIPs) + len(s.ExternalIPs) + len(s.LoadBalancerIPs) + 2
+	out := make([]claim, 0, n)
 	add := func(c claim) {
 		if !slices.Contains(out, c) {
 			out = append(out, c)
 		}
 	}
+	proto := code(s.Key.Protocol)
 	for _, list := range [][]netip.Addr{s.ClusterIPs, s.ExternalIPs, s.LoadBalancerIPs} {
 		for _, a := range list {
-			add(claim{claimIP, a, s.Key.Protocol, s.Port})
+			add(claim{addr: a, port: s.Port, proto: proto, kind: claimIP})
 		}
 	}
 	if s.NodePort != 0 {
-		add(claim{kind: claimNodePort, proto: s.Key.Protocol, port: s.NodePort})
+		add(claim{port: s.NodePort, proto: proto, kind: claimNodePort})
 	}
 	if s.HealthCheckNodePort != 0 {
-		add(claim{kind: claimNodePort, proto: plan.TCP, port: s.HealthCheckNodePort})
+		add(claim{port: s.HealthCheckNodePort, proto: codeTCP, kind: claimNodePort})
 	}
-	return out
+	// The index keeps the list for as long as the service port exists.
+	return slices.Clone(out)
 }
 
 // Set replaces what key claims with the destinations of s (nothing when s
@@ -100,26 +138,29 @@ func (c *Claims) Set(key plan.Key, s *plan.Service, created time.Time) []plan.Ke
 	if s != nil {
 		cur = claimsOf(s)
 	}
-	old := c.byKey[key]
-	if slices.Equal(old, cur) && c.created[key].Equal(created) {
+	me := c.byKey[key]
+	if me == nil {
+		if s == nil {
+			return nil
+		}
+		me = &claimant{key: key}
+	} else if slices.Equal(me.claims, cur) && me.created.Equal(created) {
 		return nil
 	}
 	affected := []plan.Key{key}
-	me := claimant{key, c.created[key]}
-	for _, cl := range old {
+	for _, cl := range me.claims {
 		affected = c.others(affected, cl)
 		c.remove(cl, me)
 	}
-	me.created = created
+	me.created, me.claims = created, cur
 	for _, cl := range cur {
 		affected = c.others(affected, cl)
 		c.insert(cl, me)
 	}
 	if s == nil {
 		delete(c.byKey, key)
-		delete(c.created, key)
 	} else {
-		c.byKey[key], c.created[key] = cur, created
+		c.byKey[key] = me
 	}
 	return affected
 }
@@ -134,8 +175,8 @@ func (c *Claims) others(keys []plan.Key, cl claim) []plan.Key {
 	return keys
 }
 
-func (c *Claims) remove(cl claim, me claimant) {
-	list := slices.DeleteFunc(c.byClaim[cl], func(a claimant) bool { return a.key == me.key })
+func (c *Claims) remove(cl claim, me *claimant) {
+	list := slices.DeleteFunc(c.byClaim[cl], func(a *claimant) bool { return a == me })
 	if len(list) == 0 {
 		delete(c.byClaim, cl)
 	} else {
@@ -143,9 +184,9 @@ func (c *Claims) remove(cl claim, me claimant) {
 	}
 }
 
-func (c *Claims) insert(cl claim, me claimant) {
+func (c *Claims) insert(cl claim, me *claimant) {
 	list := c.byClaim[cl]
-	i, _ := slices.BinarySearchFunc(list, me, claimant.compare)
+	i, _ := slices.BinarySearchFunc(list, me, (*claimant).compare)
 	c.byClaim[cl] = slices.Insert(list, i, me)
 }
 
@@ -156,7 +197,11 @@ func (c *Claims) Resolve(s *plan.Service) (*plan.Service, []Problem) {
 	var lost []claim
 	var problems []Problem
 	keepHealthCheck := false
-	for _, cl := range c.byKey[s.Key] {
+	me := c.byKey[s.Key]
+	if me == nil {
+		return s, nil
+	}
+	for _, cl := range me.claims {
 		winner := c.byClaim[cl][0]
 		if winner.key == s.Key {
 			continue
@@ -190,14 +235,14 @@ func (c *Claims) Resolve(s *plan.Service) (*plan.Service, []Problem) {
 // which every port of one Service shares, held by another port of it.
 func sharedHealthCheck(s *plan.Service, winner plan.Key, cl claim) bool {
 	return winner.Namespace == s.Key.Namespace && winner.Name == s.Key.Name &&
-		cl.kind == claimNodePort && cl.proto == plan.TCP && cl.port == s.HealthCheckNodePort
+		cl.kind == claimNodePort && cl.proto == codeTCP && cl.port == s.HealthCheckNodePort
 }
 
 // conflictField names the field of s that makes claim cl, for a problem.
 func conflictField(s *plan.Service, cl claim) string {
 	port := "port " + cmp.Or(s.Key.Port, `""`)
 	switch {
-	case cl.kind == claimNodePort && cl.port == s.NodePort && cl.proto == s.Key.Protocol:
+	case cl.kind == claimNodePort && cl.port == s.NodePort && cl.proto == code(s.Key.Protocol):
 		return "spec.ports(" + port + ").nodePort"
 	case cl.kind == claimNodePort:
 		return "spec.healthCheckNodePort"
@@ -214,7 +259,7 @@ func without(s *plan.Service, lost []claim) *plan.Service {
 	out := s.Clone()
 	drop := func(addrs []netip.Addr) []netip.Addr {
 		return slices.DeleteFunc(addrs, func(a netip.Addr) bool {
-			return slices.Contains(lost, claim{claimIP, a, s.Key.Protocol, s.Port})
+			return slices.Contains(lost, claim{addr: a, port: s.Port, proto: code(s.Key.Protocol), kind: claimIP})
 		})
 	}
 	out.ClusterIPs, out.ExternalIPs, out.LoadBalancerIPs = drop(out.ClusterIPs), drop(out.ExternalIPs), drop(out.LoadBalancerIPs)
@@ -222,10 +267,10 @@ func without(s *plan.Service, lost []claim) *plan.Service {
 		if cl.kind != claimNodePort {
 			continue
 		}
-		if cl.port == s.NodePort && cl.proto == s.Key.Protocol {
+		if cl.port == s.NodePort && cl.proto == code(s.Key.Protocol) {
 			out.NodePort = 0
 		}
-		if cl.port == s.HealthCheckNodePort && cl.proto == plan.TCP {
+		if cl.port == s.HealthCheckNodePort && cl.proto == codeTCP {
 			out.HealthCheckNodePort = 0
 		}
 	}

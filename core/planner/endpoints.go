@@ -7,6 +7,7 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -30,7 +31,7 @@ type candidate struct {
 // terminating somewhere: a backend then knows the service has endpoints, just
 // none for this traffic (kube-proxy drops such traffic instead of rejecting
 // it). Other endpoints are left out.
-func endpoints(cfg Config, svc *plan.Service, sl []*discoveryv1.EndpointSlice) ([]plan.Endpoint, []Problem) {
+func endpoints(cfg Config, svc *plan.Service, sl []*source.EndpointSlice) ([]plan.Endpoint, []Problem) {
 	all, problems := collect(cfg, svc.Key, sl)
 	// Like kube-proxy, whose proxier is per IP family, each family is
 	// categorised on its own: IPv6 endpoints that are only terminating
@@ -48,9 +49,21 @@ func endpoints(cfg Config, svc *plan.Service, sl []*discoveryv1.EndpointSlice) (
 			markLocal(fam)
 		}
 	}
-	var out []plan.Endpoint
+	// The plan keeps its endpoints for as long as the service does: in an
+	// array of exactly their number.
+	keep := func(c candidate) bool { return c.ForCluster || c.ForLocal || c.Ready || (c.Serving && c.Terminating) }
+	n := 0
 	for _, c := range all {
-		if c.ForCluster || c.ForLocal || c.Ready || (c.Serving && c.Terminating) {
+		if keep(c) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil, problems
+	}
+	out := make([]plan.Endpoint, 0, n)
+	for _, c := range all {
+		if keep(c) {
 			out = append(out, c.Endpoint)
 		}
 	}
@@ -109,10 +122,14 @@ func markLocal(all []candidate) {
 // (an endpoint moving between slices, or a pod IP reused while the old pod
 // terminates), a copy that is not terminating wins over one that is,
 // whichever slice comes first, as in kube-proxy (addEndpoints).
-func collect(cfg Config, key plan.Key, sl []*discoveryv1.EndpointSlice) ([]candidate, []Problem) {
-	var out []candidate
+func collect(cfg Config, key plan.Key, sl []*source.EndpointSlice) ([]candidate, []Problem) {
+	n := 0
+	for _, s := range sl {
+		n += len(s.Endpoints)
+	}
+	out := make([]candidate, 0, n)
 	var problems []Problem
-	seen := map[netip.AddrPort]int{} // index in out
+	seen := make(map[netip.AddrPort]int, n) // index in out
 	for _, s := range sl {
 		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue
@@ -126,8 +143,8 @@ func collect(cfg Config, key plan.Key, sl []*discoveryv1.EndpointSlice) ([]candi
 			problems = append(problems, Problem{obj, "ports", fmt.Sprintf("port %q is %d, out of range 1-65535", key.Port, port)})
 			continue
 		}
-		for i, e := range s.Endpoints {
-			c, problem := endpoint(cfg, obj, i, e, uint16(port), s.AddressType)
+		for i := range s.Endpoints {
+			c, problem := endpoint(cfg, obj, i, &s.Endpoints[i], uint16(port), s.AddressType)
 			if problem != nil {
 				problems = append(problems, *problem)
 				continue
@@ -144,64 +161,46 @@ func collect(cfg Config, key plan.Key, sl []*discoveryv1.EndpointSlice) ([]candi
 	return out, problems
 }
 
-// slicePort finds the slice's port for the service port: same name, same protocol.
-func slicePort(s *discoveryv1.EndpointSlice, key plan.Key) (int32, bool) {
+// slicePort finds the slice's port for the service port: same name, same
+// protocol (the record holds TCP for a port that names none).
+func slicePort(s *source.EndpointSlice, key plan.Key) (int32, bool) {
 	for _, p := range s.Ports {
-		name := ""
-		if p.Name != nil {
-			name = *p.Name
-		}
-		proto := plan.TCP
-		if p.Protocol != nil {
-			proto = plan.Protocol(*p.Protocol)
-		}
-		if name == key.Port && proto == key.Protocol && p.Port != nil {
+		if p.Name == key.Port && plan.Protocol(p.Protocol) == key.Protocol && p.Port != nil {
 			return *p.Port, true
 		}
 	}
 	return 0, false
 }
 
-func endpoint(cfg Config, obj string, i int, e discoveryv1.Endpoint, port uint16, family discoveryv1.AddressType) (candidate, *Problem) {
+// endpoint returns the candidate of endpoint i of a slice; the record holds
+// the API's defaults for missing conditions.
+func endpoint(cfg Config, obj string, i int, e *source.Endpoint, port uint16, family discoveryv1.AddressType) (candidate, *Problem) {
 	field := fmt.Sprintf("endpoints[%d].addresses", i)
-	if len(e.Addresses) == 0 {
+	if e.NoAddress {
 		return candidate{}, &Problem{obj, field, "no address"}
 	}
-	addr, err := netip.ParseAddr(e.Addresses[0])
+	addr, err := netip.ParseAddr(e.Address)
 	if err != nil {
-		return candidate{}, &Problem{obj, field + "[0]", fmt.Sprintf("%q is not an IP address", e.Addresses[0])}
+		return candidate{}, &Problem{obj, field + "[0]", fmt.Sprintf("%q is not an IP address", e.Address)}
 	}
 	addr = addr.Unmap()
 	if addr.Is4() != (family == discoveryv1.AddressTypeIPv4) {
 		return candidate{}, &Problem{obj, field + "[0]", fmt.Sprintf("%s is not an %s address", addr, family)}
 	}
-	// The API defines a missing ready or serving condition as true.
-	ready := e.Conditions.Ready == nil || *e.Conditions.Ready
 	c := candidate{Endpoint: plan.Endpoint{
 		Address:     addr,
 		Port:        port,
-		Ready:       ready,
-		Serving:     e.Conditions.Serving == nil || *e.Conditions.Serving,
-		Terminating: e.Conditions.Terminating != nil && *e.Conditions.Terminating,
+		NodeName:    e.NodeName,
+		Zone:        e.Zone,
+		Pod:         e.Pod,
+		Local:       e.NodeName != "" && e.NodeName == cfg.NodeName,
+		Ready:       e.Ready,
+		Serving:     e.Serving,
+		Terminating: e.Terminating,
 		Weight:      1,
 	}}
-	if e.NodeName != nil {
-		c.NodeName = *e.NodeName
-		c.Local = c.NodeName != "" && c.NodeName == cfg.NodeName
-	}
-	if e.Zone != nil {
-		c.Zone = *e.Zone
-	}
-	if r := e.TargetRef; r != nil && (r.Kind == "Pod" || r.Kind == "") {
-		c.Pod = r.Name
-	}
 	if e.Hints != nil {
-		for _, z := range e.Hints.ForZones {
-			c.forZones = append(c.forZones, z.Name)
-		}
-		for _, n := range e.Hints.ForNodes {
-			c.forNodes = append(c.forNodes, n.Name)
-		}
+		c.forZones, c.forNodes = e.Hints.ForZones, e.Hints.ForNodes
 	}
 	return c, nil
 }

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/weirproxy/weir/core/planner"
+	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/core/tracker"
 	"github.com/weirproxy/weir/sdk/plan"
 )
@@ -45,6 +46,11 @@ func FuzzPlan(f *testing.F) {
 		if second := planAll(again); !equalPlans(got, second) {
 			t.Fatalf("the same input planned twice differs:\n%s\nvs\n%s", got, second)
 		}
+		// A handler that takes objects gets them made from the records:
+		// they hold everything the planner reads.
+		if rebuilt := planAll(viaRecords(genInput(data))); !equalPlans(got, rebuilt) {
+			t.Fatalf("the objects made from the records plan differently:\n%s\nvs\n%s", got, rebuilt)
+		}
 		checkPlan(t, in, got)
 	})
 }
@@ -53,10 +59,45 @@ func FuzzPlan(f *testing.F) {
 type fuzzInput struct {
 	cfg    planner.Config
 	node   *corev1.Node
-	states map[string]tracker.ServiceState
+	states map[string]objectState
 	// configured and objects are the service CIDRs of the configuration
 	// and of the ServiceCIDR objects.
 	configured, objects []netip.Prefix
+}
+
+// objectState is a Service and its EndpointSlices, as objects.
+type objectState struct {
+	Service *corev1.Service
+	Slices  []*discoveryv1.EndpointSlice
+}
+
+// records returns the records the sources make of in's objects.
+func (in fuzzInput) records() (*source.Node, map[string]tracker.ServiceState) {
+	c := source.NewCompactor()
+	out := map[string]tracker.ServiceState{}
+	for name, st := range in.states {
+		r := tracker.ServiceState{Service: c.Service(st.Service)}
+		for _, s := range st.Slices {
+			r.Slices = append(r.Slices, c.EndpointSlice(s))
+		}
+		out[name] = r
+	}
+	return c.Node(in.node), out
+}
+
+// viaRecords replaces in's objects with the objects made from their
+// records, as a handler that takes objects gets them.
+func viaRecords(in fuzzInput) fuzzInput {
+	node, states := in.records()
+	in.node = node.Object()
+	for name, st := range states {
+		o := objectState{Service: st.Service.Object()}
+		for _, s := range st.Slices {
+			o.Slices = append(o.Slices, s.Object())
+		}
+		in.states[name] = o
+	}
+	return in
 }
 
 // planned is the plan of a fuzz input, with the problems reported.
@@ -77,8 +118,9 @@ func (p *planned) String() string {
 // planAll plans every service in name order, then gives each contested
 // destination to one service port, as core/proxy does.
 func planAll(in fuzzInput) *planned {
+	node, states := in.records()
 	out := &planned{plan: &plan.Plan{
-		Node:         planner.Node(in.cfg.NodeName, in.node),
+		Node:         planner.Node(in.cfg.NodeName, node),
 		Services:     map[plan.Key]*plan.Service{},
 		ServiceCIDRs: planner.ServiceCIDRs(in.configured, in.objects),
 	}}
@@ -86,14 +128,14 @@ func planAll(in fuzzInput) *planned {
 	cfg.Zone = out.plan.Node.Zone
 	claims := planner.NewClaims()
 	var raw []*plan.Service
-	for _, name := range slices.Sorted(maps.Keys(in.states)) {
-		st := in.states[name]
+	for _, name := range slices.Sorted(maps.Keys(states)) {
+		st := states[name]
 		services, problems := planner.Service(cfg, st)
 		out.problems = append(out.problems, problems...)
 		for _, s := range services {
 			var created time.Time
 			if st.Service != nil {
-				created = st.Service.CreationTimestamp.Time
+				created = st.Service.Created
 			}
 			claims.Set(s.Key, s, created)
 			raw = append(raw, s)
@@ -258,7 +300,7 @@ func cmpProtocol(p corev1.Protocol) plan.Protocol {
 
 // checkEndpoints returns why the endpoints of s are not the ones of the
 // service's slices, well ordered and categorised, or "".
-func checkEndpoints(cfg planner.Config, st tracker.ServiceState, s *plan.Service) string {
+func checkEndpoints(cfg planner.Config, st objectState, s *plan.Service) string {
 	for j, e := range s.Endpoints {
 		if j > 0 && s.Endpoints[j-1].AddrPort().Compare(e.AddrPort()) >= 0 {
 			return fmt.Sprintf("endpoints %s and %s are out of order or repeated", s.Endpoints[j-1].AddrPort(), e.AddrPort())
@@ -472,7 +514,7 @@ var (
 // gives an equal input.
 func genInput(data []byte) fuzzInput {
 	g := &gen{data: data}
-	in := fuzzInput{states: map[string]tracker.ServiceState{}}
+	in := fuzzInput{states: map[string]objectState{}}
 	in.cfg.NodeName = pick(g, "node-a", "node-a", "node-b", "")
 	in.cfg.NodePorts = pick(g, planner.PortRange{}, planner.PortRange{First: 30000, Last: 32767})
 	if g.n(4) != 0 {

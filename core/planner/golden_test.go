@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/weirproxy/weir/core/planner"
+	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/core/tracker"
 	"github.com/weirproxy/weir/internal/golden"
 )
@@ -37,9 +38,29 @@ func TestGolden(t *testing.T) {
 			if again := render(states); again != got {
 				t.Fatalf("second run differs from the first:\n%s\nvs\n%s", got, again)
 			}
+			// A handler that takes objects gets them made from the records:
+			// they plan the same.
+			if again := render(viaObjects(states)); again != got {
+				t.Fatalf("the objects made from the records plan differently:\n%s\nvs\n%s", again, got)
+			}
 			golden.Compare(t, strings.TrimSuffix(in, ".yaml")+".plan", got)
 		})
 	}
+}
+
+// viaObjects returns the records of the objects made from the records of
+// states.
+func viaObjects(states map[string]tracker.ServiceState) map[string]tracker.ServiceState {
+	c := source.NewCompactor()
+	out := map[string]tracker.ServiceState{}
+	for name, st := range states {
+		r := tracker.ServiceState{Service: c.Service(st.Service.Object())}
+		for _, s := range st.Slices {
+			r.Slices = append(r.Slices, c.EndpointSlice(s.Object()))
+		}
+		out[name] = r
+	}
+	return out
 }
 
 // goldenConfig plans as node-a in zone-a with the API server's default
@@ -73,11 +94,13 @@ func sortedKeys[V any](m map[string]V) []string {
 
 var separator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 
-// readStates decodes a multi-document manifest file and groups its
-// EndpointSlices under their services by the kubernetes.io/service-name
-// label, slices sorted by name as the tracker returns them.
+// readStates decodes a multi-document manifest file into records, as the
+// sources make them, and groups its EndpointSlices under their services by
+// the kubernetes.io/service-name label, slices sorted by name as the
+// tracker returns them.
 func readStates(t *testing.T, path string) map[string]tracker.ServiceState {
 	t.Helper()
+	c := source.NewCompactor()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +128,7 @@ func readStates(t *testing.T, path string) map[string]tracker.ServiceState {
 			if st.Service != nil {
 				t.Fatalf("%s: Service %s defined twice", path, key)
 			}
-			st.Service = svc
+			st.Service = c.Service(svc)
 			states[key] = st
 		case "EndpointSlice":
 			s := &discoveryv1.EndpointSlice{}
@@ -118,14 +141,14 @@ func readStates(t *testing.T, path string) map[string]tracker.ServiceState {
 			}
 			key := s.Namespace + "/" + svc
 			st := states[key]
-			st.Slices = append(st.Slices, s)
+			st.Slices = append(st.Slices, c.EndpointSlice(s))
 			states[key] = st
 		default:
 			t.Fatalf("%s: document %d: unexpected kind %q", path, i, head.Kind)
 		}
 	}
 	for key, st := range states {
-		slices.SortFunc(st.Slices, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(st.Slices, func(a, b *source.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 		states[key] = st
 	}
 	return states

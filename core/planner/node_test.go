@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/weirproxy/weir/core/planner"
+	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -110,7 +111,7 @@ func TestNode(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := planner.Node("node-a", tt.node)
+			got := planner.Node("node-a", source.NewCompactor().Node(tt.node))
 			if got.Name != tt.want.Name || got.Zone != tt.want.Zone ||
 				!slices.Equal(got.Addresses, tt.want.Addresses) || !slices.Equal(got.PodCIDRs, tt.want.PodCIDRs) {
 				t.Errorf("Node() =\n  %s want\n  %s", got, tt.want)

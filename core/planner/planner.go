@@ -1,5 +1,6 @@
-// Package planner turns Kubernetes objects into Weir's rule plan. It is pure:
-// no kernel, no clock, no I/O; the same objects always give the same plan.
+// Package planner turns Kubernetes objects, as the sources' records hold
+// them, into Weir's rule plan. It is pure: no kernel, no clock, no I/O; the
+// same records always give the same plan.
 package planner
 
 import (
@@ -8,8 +9,8 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/core/tracker"
 	"github.com/weirproxy/weir/sdk/plan"
 )
@@ -77,7 +78,7 @@ func Service(cfg Config, st tracker.ServiceState) ([]*plan.Service, []Problem) {
 	// Every port reads the same slices: report a bad endpoint once, not once per port.
 	seen := map[Problem]bool{}
 	names := map[string]bool{}
-	for i, port := range svc.Spec.Ports {
+	for i, port := range svc.Ports {
 		if names[port.Name] {
 			problems = append(problems, Problem{obj, fmt.Sprintf("spec.ports[%d].name", i),
 				fmt.Sprintf("port name %q is already used by another port", port.Name)})
@@ -99,18 +100,18 @@ func Service(cfg Config, st tracker.ServiceState) ([]*plan.Service, []Problem) {
 }
 
 // proxied reports whether the service gets rules from Weir.
-func proxied(svc *corev1.Service) bool {
+func proxied(svc *source.Service) bool {
 	if _, ok := svc.Labels[LabelServiceProxyName]; ok {
 		return false
 	}
-	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+	if svc.Type == corev1.ServiceTypeExternalName {
 		return false
 	}
-	return svc.Spec.ClusterIP != corev1.ClusterIPNone && svc.Spec.ClusterIP != ""
+	return svc.ClusterIP != corev1.ClusterIPNone && svc.ClusterIP != ""
 }
 
-func servicePort(cfg Config, obj string, svc *corev1.Service, i int, port corev1.ServicePort, sh *plan.Service,
-	slices []*discoveryv1.EndpointSlice) (*plan.Service, []Problem) {
+func servicePort(cfg Config, obj string, svc *source.Service, i int, port source.ServicePort, sh *plan.Service,
+	slices []*source.EndpointSlice) (*plan.Service, []Problem) {
 	field := fmt.Sprintf("spec.ports[%d]", i)
 	proto := plan.Protocol(port.Protocol)
 	if proto == "" {
@@ -172,19 +173,19 @@ func ServiceCIDRs(configured, objects []netip.Prefix) []netip.Prefix {
 	return slices.Compact(out)
 }
 
-func hasNodePorts(svc *corev1.Service) bool {
-	return svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+func hasNodePorts(svc *source.Service) bool {
+	return svc.Type == corev1.ServiceTypeNodePort || svc.Type == corev1.ServiceTypeLoadBalancer
 }
 
-// Node converts this node's object (which may be nil) into the plan's node.
-func Node(name string, node *corev1.Node) plan.Node {
+// Node converts this node's record (which may be nil) into the plan's node.
+func Node(name string, node *source.Node) plan.Node {
 	n := plan.Node{Name: name}
 	if node == nil {
 		return n
 	}
-	n.Zone = node.Labels[corev1.LabelTopologyZone]
-	n.Addresses = primaryIPs(node.Status.Addresses)
-	for _, c := range node.Spec.PodCIDRs {
+	n.Zone = node.Zone
+	n.Addresses = primaryIPs(node.Addresses)
+	for _, c := range node.PodCIDRs {
 		if p, err := netip.ParsePrefix(c); err == nil {
 			n.PodCIDRs = append(n.PodCIDRs, p)
 		}

@@ -16,14 +16,11 @@ import (
 )
 
 var (
+	_ source.Handler            = (*inbound)(nil)
+	_ source.RecordHandler      = (*inbound)(nil)
 	_ source.Reporter           = (*inbound)(nil)
 	_ source.ServiceCIDRHandler = (*inbound)(nil)
 )
-
-// toBeDeletedTaint is the taint the cluster autoscaler puts on a Node it is
-// about to remove; like kube-proxy, /healthz then fails so that load
-// balancers drain the Node first.
-const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 
 // inbound sits between the source and the tracker. It counts the Service
 // and EndpointSlice changes for the metrics as kube-proxy's change trackers
@@ -31,9 +28,12 @@ const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 // unchanged object too; of EndpointSlices, those of an IP address type
 // that name their service), keeps the EndpointSlices' last-change-trigger-
 // times until the sync that commits them, and follows whether this Node is
-// being deleted, for /healthz.
+// being deleted, for /healthz. It takes records, as the sources keep them,
+// and objects, made into records.
 type inbound struct {
 	p *Proxy
+	// compact makes records of the objects handed in as objects.
+	compact *source.Compactor
 	// start is when the proxy was created: trigger times from before it
 	// belong to changes some earlier proxy programmed.
 	start time.Time
@@ -60,7 +60,7 @@ type inbound struct {
 
 func newInbound(p *Proxy, start time.Time) *inbound {
 	return &inbound{
-		p: p, start: start,
+		p: p, start: start, compact: source.NewCompactor(),
 		services: map[string]struct{}{},
 		triggers: map[string][]trigger{},
 	}
@@ -77,8 +77,23 @@ type trigger struct {
 // an informer's periodic resync delivers such updates, which change nothing.
 func sameVersion(prev, cur string) bool { return prev != "" && prev == cur }
 
-// OnService counts a Service change and hands it to the tracker.
+// OnService makes records of a Service change and handles them.
 func (in *inbound) OnService(prev, cur *corev1.Service) {
+	in.OnServiceRecord(in.compact.Service(prev), in.compact.Service(cur))
+}
+
+// OnEndpointSlice makes records of an EndpointSlice change and handles them.
+func (in *inbound) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
+	in.OnEndpointSliceRecord(in.compact.EndpointSlice(prev), in.compact.EndpointSlice(cur))
+}
+
+// OnNode makes records of a Node change and handles them.
+func (in *inbound) OnNode(prev, cur *corev1.Node) {
+	in.OnNodeRecord(in.compact.Node(prev), in.compact.Node(cur))
+}
+
+// OnServiceRecord counts a Service change and hands it to the tracker.
+func (in *inbound) OnServiceRecord(prev, cur *source.Service) {
 	prev, cur = seenService(prev), seenService(cur)
 	if prev == nil && cur == nil {
 		return
@@ -93,15 +108,15 @@ func (in *inbound) OnService(prev, cur *corev1.Service) {
 		m.ServiceChanged()
 	}
 	if obj != nil && (prev == nil || cur == nil || !sameVersion(prev.ResourceVersion, cur.ResourceVersion)) {
-		in.services[obj.Namespace+"/"+obj.Name] = struct{}{}
+		in.services[obj.Key()] = struct{}{}
 		in.pending()
 	}
-	in.p.tracker.OnService(prev, cur)
+	in.p.tracker.OnServiceRecord(prev, cur)
 }
 
-// OnEndpointSlice counts an EndpointSlice change, keeps its trigger time
-// and hands it to the tracker.
-func (in *inbound) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
+// OnEndpointSliceRecord counts an EndpointSlice change, keeps its trigger
+// time and hands it to the tracker.
+func (in *inbound) OnEndpointSliceRecord(prev, cur *source.EndpointSlice) {
 	prev, cur = seenSlice(prev), seenSlice(cur)
 	if prev == nil && cur == nil {
 		return
@@ -122,7 +137,7 @@ func (in *inbound) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
 			in.pending()
 		}
 	}
-	in.p.tracker.OnEndpointSlice(prev, cur)
+	in.p.tracker.OnEndpointSliceRecord(prev, cur)
 }
 
 // seenService returns svc, or nil when kube-proxy's Service informer
@@ -131,8 +146,8 @@ func (in *inbound) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
 // one. A label added or removed then reads as a deletion or a creation, as
 // it does through the informer. The kubernetes source leaves them out
 // already; the files source hands over every object.
-func seenService(svc *corev1.Service) *corev1.Service {
-	if svc == nil || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+func seenService(svc *source.Service) *source.Service {
+	if svc == nil || svc.ClusterIP == corev1.ClusterIPNone {
 		return nil
 	}
 	if _, other := svc.Labels[planner.LabelServiceProxyName]; other {
@@ -143,11 +158,8 @@ func seenService(svc *corev1.Service) *corev1.Service {
 
 // seenSlice returns s, or nil when kube-proxy's EndpointSlice informer
 // leaves it out: a slice labelled service.kubernetes.io/headless.
-func seenSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
-	if s == nil {
-		return nil
-	}
-	if _, headless := s.Labels[corev1.IsHeadlessService]; headless {
+func seenSlice(s *source.EndpointSlice) *source.EndpointSlice {
+	if s == nil || s.Headless {
 		return nil
 	}
 	return s
@@ -157,7 +169,7 @@ func seenSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 // carries the time of its last update, not of its deletion, so the times
 // of its service and family are dropped instead, as kube-proxy's tracker
 // of that family does.
-func (in *inbound) keepTrigger(prev, cur *discoveryv1.EndpointSlice) {
+func (in *inbound) keepTrigger(prev, cur *source.EndpointSlice) {
 	if cur == nil {
 		name, family := sliceService(prev), sliceFamily(prev)
 		in.triggers[name] = slices.DeleteFunc(in.triggers[name], func(t trigger) bool { return t.family == family })
@@ -167,7 +179,7 @@ func (in *inbound) keepTrigger(prev, cur *discoveryv1.EndpointSlice) {
 		return
 	}
 	name := sliceService(cur)
-	raw := cur.Annotations[corev1.EndpointsLastChangeTriggerTime]
+	raw := cur.TriggerTime
 	if name == "" || raw == "" {
 		return
 	}
@@ -180,7 +192,7 @@ func (in *inbound) keepTrigger(prev, cur *discoveryv1.EndpointSlice) {
 
 // sliceFamily is the IP family of a slice's addresses, or "" for nil and
 // for address types kube-proxy ignores (FQDN).
-func sliceFamily(s *discoveryv1.EndpointSlice) string {
+func sliceFamily(s *source.EndpointSlice) string {
 	switch {
 	case s == nil:
 		return ""
@@ -194,16 +206,16 @@ func sliceFamily(s *discoveryv1.EndpointSlice) string {
 
 // sliceService is the namespace/name of the service a slice belongs to, or
 // "" for nil or a slice without the kubernetes.io/service-name label.
-func sliceService(s *discoveryv1.EndpointSlice) string {
-	if s == nil || s.Labels[discoveryv1.LabelServiceName] == "" {
+func sliceService(s *source.EndpointSlice) string {
+	if s == nil || s.Service == "" {
 		return ""
 	}
-	return s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]
+	return s.Namespace + "/" + s.Service
 }
 
-// OnNode follows this Node's eligibility and hands the change to the
+// OnNodeRecord follows this Node's eligibility and hands the change to the
 // tracker. A deleted Node keeps the eligibility of its last state.
-func (in *inbound) OnNode(prev, cur *corev1.Node) {
+func (in *inbound) OnNodeRecord(prev, cur *source.Node) {
 	node := cur
 	if node == nil {
 		node = prev
@@ -223,21 +235,15 @@ func (in *inbound) OnNode(prev, cur *corev1.Node) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.ownNode = cur != nil
-	in.p.tracker.OnNode(prev, cur)
+	in.p.tracker.OnNodeRecord(prev, cur)
 }
 
 // nodeEligible reports whether node should receive traffic: not while it
-// is being deleted or the cluster autoscaler is about to remove it.
-func nodeEligible(node *corev1.Node) bool {
-	if node.DeletionTimestamp != nil {
-		return false
-	}
-	for _, t := range node.Spec.Taints {
-		if t.Key == toBeDeletedTaint {
-			return false
-		}
-	}
-	return true
+// is being deleted or the cluster autoscaler is about to remove it (its
+// ToBeDeletedByClusterAutoscaler taint); like kube-proxy, /healthz then
+// fails so that load balancers drain the Node first.
+func nodeEligible(node *source.Node) bool {
+	return !node.Deleting && !node.ToBeDeleted
 }
 
 // OnSourceDown reports, once per outage, that the source cannot read its
@@ -290,6 +296,10 @@ func (in *inbound) OnSynced() {
 	in.p.tracker.OnSynced()
 }
 
+// smallBatch is the most pending services whose room checkout keeps for
+// the next batch.
+const smallBatch = 256
+
 // pending publishes how many changes wait; mu is held.
 func (in *inbound) pending() {
 	if m := in.p.opts.Metrics; m != nil {
@@ -299,17 +309,23 @@ func (in *inbound) pending() {
 
 // checkout takes the tracker's pending changes and the trigger times of the
 // slice changes among them.
-func (in *inbound) checkout(full bool) (tracker.Snapshot, []trigger) {
+func (in *inbound) checkout() (tracker.Snapshot, []trigger) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	snap := in.p.tracker.Checkout(full)
+	snap := in.p.tracker.Checkout(false)
 	times := in.carried
 	in.carried = nil
 	for _, ts := range in.triggers {
 		times = append(times, ts...)
 	}
-	clear(in.triggers)
-	clear(in.services)
+	// New maps after a large batch (the initial listing): clear would keep
+	// their room for good.
+	if len(in.services) > smallBatch || len(in.triggers) > smallBatch {
+		in.services, in.triggers = map[string]struct{}{}, map[string][]trigger{}
+	} else {
+		clear(in.triggers)
+		clear(in.services)
+	}
 	in.sliceChanges = 0
 	in.pending()
 	return snap, times

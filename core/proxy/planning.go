@@ -16,14 +16,11 @@ import (
 // before anything reaches the hooks or the kernel: the older object keeps
 // the destination, and a change to one claimant replans the others.
 func (p *Proxy) update(snap tracker.Snapshot, full bool) []plan.Key {
-	if snap.NodeChanged && !full {
+	if snap.NodeChanged && planner.Node(p.opts.NodeName, snap.Node).Zone != p.plan.Node.Zone {
 		// The node's zone decides topology for every service: replan them all
 		// (the backend still gets only the keys whose plan changed).
-		zone := p.plan.Node.Zone
-		if planner.Node(p.opts.NodeName, snap.Node).Zone != zone {
-			all := p.tracker.Checkout(true)
-			maps.Copy(snap.Services, all.Services)
-		}
+		all := p.tracker.Checkout(true)
+		maps.Copy(snap.Services, all.Services)
 	}
 	if snap.NodeChanged || full {
 		p.plan.Node = planner.Node(p.opts.NodeName, snap.Node)
@@ -53,7 +50,7 @@ func created(st tracker.ServiceState) time.Time {
 	if st.Service == nil {
 		return time.Time{}
 	}
-	return st.Service.CreationTimestamp.Time
+	return st.Service.Created
 }
 
 // claim records one service's new plan services: their claims, the keys

@@ -226,15 +226,18 @@ func (p *Proxy) RequestFullSync() {
 	p.requestSync()
 }
 
-// Sync plans the services touched since the last sync (every service when
-// full is set) and commits the result with the backend. The sync after a
-// failed one is always full.
+// Sync plans the services touched since the last sync and commits the
+// result with the backend: with full set, the whole plan (after the hook
+// plugins, which see every service again). A full sync plans no more than
+// a partial one: the planner is pure, so the plan already holds what it
+// would plan again for every untouched service. The sync after a failed
+// one is always full.
 func (p *Proxy) Sync(ctx context.Context, full bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	start := p.opts.Now()
 	full = full || p.resync
-	snap, triggers := p.in.checkout(full)
+	snap, triggers := p.in.checkout()
 	err := p.sync(ctx, snap, full)
 	p.record(full, start, triggers, err)
 	return err

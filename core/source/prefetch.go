@@ -14,14 +14,21 @@ import (
 // of after. It holds what the source delivers until Run gives it a handler.
 type Prefetched struct {
 	mu      sync.Mutex
-	pending []func(Handler) // in the order the source delivered them
-	h       Handler         // nil until Run
+	pending []func(*target) // in the order the source delivered them
+	to      *target         // nil until Run
 	done    chan struct{}   // closed when the source's Run returned
 	err     error           // what it returned
 }
 
+// target is the handler Run was given, and what records reach it through.
+type target struct {
+	h       Handler
+	records RecordHandler
+}
+
 var (
 	_ Handler            = (*Prefetched)(nil)
+	_ RecordHandler      = (*Prefetched)(nil)
 	_ Reporter           = (*Prefetched)(nil)
 	_ ServiceCIDRHandler = (*Prefetched)(nil)
 )
@@ -41,11 +48,12 @@ func Prefetch(ctx context.Context, src Source) *Prefetched {
 // then each next one as it comes; it returns what the source's Run
 // returned, or nil when ctx ends first. It may be called once.
 func (p *Prefetched) Run(ctx context.Context, h Handler) error {
+	to := &target{h: h, records: Records(h)}
 	p.mu.Lock()
 	for _, deliver := range p.pending {
-		deliver(h)
+		deliver(to)
 	}
-	p.pending, p.h = nil, h
+	p.pending, p.to = nil, to
 	p.mu.Unlock()
 	select {
 	case <-p.done:
@@ -56,40 +64,55 @@ func (p *Prefetched) Run(ctx context.Context, h Handler) error {
 }
 
 // deliver hands one change to the handler, or holds it until there is one.
-func (p *Prefetched) deliver(fn func(Handler)) {
+func (p *Prefetched) deliver(fn func(*target)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.h == nil {
+	if p.to == nil {
 		p.pending = append(p.pending, fn)
 		return
 	}
-	fn(p.h)
+	fn(p.to)
+}
+
+// OnServiceRecord passes a Service change on.
+func (p *Prefetched) OnServiceRecord(prev, cur *Service) {
+	p.deliver(func(t *target) { t.records.OnServiceRecord(prev, cur) })
+}
+
+// OnEndpointSliceRecord passes an EndpointSlice change on.
+func (p *Prefetched) OnEndpointSliceRecord(prev, cur *EndpointSlice) {
+	p.deliver(func(t *target) { t.records.OnEndpointSliceRecord(prev, cur) })
+}
+
+// OnNodeRecord passes a Node change on.
+func (p *Prefetched) OnNodeRecord(prev, cur *Node) {
+	p.deliver(func(t *target) { t.records.OnNodeRecord(prev, cur) })
 }
 
 // OnService passes a Service change on.
 func (p *Prefetched) OnService(prev, cur *corev1.Service) {
-	p.deliver(func(h Handler) { h.OnService(prev, cur) })
+	p.deliver(func(t *target) { t.h.OnService(prev, cur) })
 }
 
 // OnEndpointSlice passes an EndpointSlice change on.
 func (p *Prefetched) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
-	p.deliver(func(h Handler) { h.OnEndpointSlice(prev, cur) })
+	p.deliver(func(t *target) { t.h.OnEndpointSlice(prev, cur) })
 }
 
 // OnNode passes a Node change on.
 func (p *Prefetched) OnNode(prev, cur *corev1.Node) {
-	p.deliver(func(h Handler) { h.OnNode(prev, cur) })
+	p.deliver(func(t *target) { t.h.OnNode(prev, cur) })
 }
 
 // OnSynced passes the end of the initial objects on.
 func (p *Prefetched) OnSynced() {
-	p.deliver(func(h Handler) { h.OnSynced() })
+	p.deliver(func(t *target) { t.h.OnSynced() })
 }
 
 // OnSourceDown passes the report on, to a handler that is a Reporter.
 func (p *Prefetched) OnSourceDown(err error) {
-	p.deliver(func(h Handler) {
-		if r, ok := h.(Reporter); ok {
+	p.deliver(func(t *target) {
+		if r, ok := t.h.(Reporter); ok {
 			r.OnSourceDown(err)
 		}
 	})
@@ -97,8 +120,8 @@ func (p *Prefetched) OnSourceDown(err error) {
 
 // OnSourceUp passes the report on, to a handler that is a Reporter.
 func (p *Prefetched) OnSourceUp() {
-	p.deliver(func(h Handler) {
-		if r, ok := h.(Reporter); ok {
+	p.deliver(func(t *target) {
+		if r, ok := t.h.(Reporter); ok {
 			r.OnSourceUp()
 		}
 	})
@@ -106,8 +129,8 @@ func (p *Prefetched) OnSourceUp() {
 
 // OnServiceCIDRs passes the ranges on, to a handler that takes them.
 func (p *Prefetched) OnServiceCIDRs(cidrs []netip.Prefix) {
-	p.deliver(func(h Handler) {
-		if c, ok := h.(ServiceCIDRHandler); ok {
+	p.deliver(func(t *target) {
+		if c, ok := t.h.(ServiceCIDRHandler); ok {
 			c.OnServiceCIDRs(cidrs)
 		}
 	})

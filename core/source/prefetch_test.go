@@ -133,3 +133,55 @@ func TestPrefetchToPlainHandler(t *testing.T) {
 		t.Errorf("Run returned %v after its context ended, want nil", err)
 	}
 }
+
+// recordsSource delivers one record of each kind, then its end.
+type recordsSource struct{}
+
+var (
+	testService = &Service{Meta: Meta{Namespace: "ns", Name: "a", ResourceVersion: "1"}, ClusterIP: "10.96.0.1"}
+	testSlice   = &EndpointSlice{Meta: Meta{Namespace: "ns", Name: "a-1", ResourceVersion: "1"}, Service: "a",
+		Endpoints: []Endpoint{{Address: "10.244.0.1", Ready: true, Serving: true}}}
+	testNode = &Node{Meta: Meta{Name: "n", ResourceVersion: "1"}, Zone: "z"}
+)
+
+func (recordsSource) Run(_ context.Context, h Handler) error {
+	r := Records(h)
+	r.OnServiceRecord(nil, testService)
+	r.OnEndpointSliceRecord(nil, testSlice)
+	r.OnNodeRecord(nil, testNode)
+	r.OnSynced()
+	return nil
+}
+
+// takesRecords is a handler that takes records.
+type takesRecords struct {
+	plain
+	services []*Service
+	slices   []*EndpointSlice
+	nodes    []*Node
+}
+
+func (t *takesRecords) OnServiceRecord(_, cur *Service)             { t.services = append(t.services, cur) }
+func (t *takesRecords) OnEndpointSliceRecord(_, cur *EndpointSlice) { t.slices = append(t.slices, cur) }
+func (t *takesRecords) OnNodeRecord(_, cur *Node)                   { t.nodes = append(t.nodes, cur) }
+
+// TestPrefetchRecords: through a Prefetched source, a handler that takes
+// records gets the very records the source delivered, and any other
+// handler objects made from them.
+func TestPrefetchRecords(t *testing.T) {
+	rec := &takesRecords{}
+	if err := Prefetch(context.Background(), recordsSource{}).Run(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rec.services, []*Service{testService}) || !slices.Equal(rec.slices, []*EndpointSlice{testSlice}) ||
+		!slices.Equal(rec.nodes, []*Node{testNode}) || !slices.Equal(rec.r.got, []string{"synced"}) {
+		t.Errorf("a record handler got %v %v %v %q", rec.services, rec.slices, rec.nodes, rec.r.got)
+	}
+	p := &plain{}
+	if err := Prefetch(context.Background(), recordsSource{}).Run(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"+svc a", "+slice a-1", "+node n", "synced"}; !slices.Equal(p.r.got, want) {
+		t.Errorf("a plain handler got %q, want %q", p.r.got, want)
+	}
+}

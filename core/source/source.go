@@ -1,5 +1,8 @@
 // Package source defines how the outside world reaches Weir: a Source turns
-// Kubernetes objects into change notifications for a Handler.
+// Kubernetes objects into change notifications for a Handler. Sources keep,
+// and deliver, records of the objects (records.go): what Weir reads of
+// them, a fraction of their size. A Handler that is a RecordHandler gets
+// the records themselves; any other gets objects made from them.
 package source
 
 import (
@@ -12,11 +15,26 @@ import (
 
 // Handler receives object changes; prev is nil for an addition, cur is nil for
 // a deletion. Objects passed in must not be modified by either side.
+//
+// The objects a source delivers hold what its records keep (see Records):
+// a Handler that keeps them should be a RecordHandler instead.
 type Handler interface {
 	OnService(prev, cur *corev1.Service)
 	OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice)
 	OnNode(prev, cur *corev1.Node)
 	// OnSynced is called once, after the initial objects have all been delivered.
+	OnSynced()
+}
+
+// RecordHandler is an optional capability of a Handler: it receives the
+// records sources keep instead of objects. prev is nil for an addition, cur
+// is nil for a deletion; records passed in must not be modified by either
+// side.
+type RecordHandler interface {
+	OnServiceRecord(prev, cur *Service)
+	OnEndpointSliceRecord(prev, cur *EndpointSlice)
+	OnNodeRecord(prev, cur *Node)
+	// OnSynced is called once, after the initial records have all been delivered.
 	OnSynced()
 }
 
@@ -47,6 +65,7 @@ type ServiceCIDRHandler interface {
 // Source delivers object changes to a handler until its context ends.
 type Source interface {
 	// Run blocks, calling h for every change, and returns when ctx is done or
-	// the source cannot continue.
+	// the source cannot continue. It delivers records when h is a
+	// RecordHandler, objects made from them otherwise (see Records).
 	Run(ctx context.Context, h Handler) error
 }

@@ -1,4 +1,4 @@
-// Package tracker merges object changes from a source into the set of
+// Package tracker merges record changes from a source into the set of
 // services touched since the last sync, so that every later stage works in
 // proportion to what changed, not to the size of the cluster.
 package tracker
@@ -7,19 +7,18 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
+	"github.com/weirproxy/weir/core/source"
 )
 
 // ServiceState is one service with the EndpointSlices that belong to it.
 // Either may be missing: a service without slices has no endpoints, slices
 // without a service produce nothing.
 type ServiceState struct {
-	Service *corev1.Service
-	Slices  []*discoveryv1.EndpointSlice
+	Service *source.Service
+	Slices  []*source.EndpointSlice
 }
 
 // Snapshot is what a sync needs: the touched services' current state and the node.
@@ -28,7 +27,7 @@ type Snapshot struct {
 	// service (all of them in a full snapshot). A deleted service maps to a
 	// state with a nil Service.
 	Services map[string]ServiceState
-	Node     *corev1.Node
+	Node     *source.Node
 	// NodeChanged is true when the node changed since the last checkout.
 	NodeChanged bool
 	// ServiceCIDRs are the latest ranges of the cluster's ServiceCIDR
@@ -38,13 +37,15 @@ type Snapshot struct {
 	Full bool
 }
 
-// Tracker implements source.Handler and remembers the latest objects.
-// It is safe for concurrent use.
+// Tracker implements source.RecordHandler and remembers the latest
+// records. It is safe for concurrent use.
 type Tracker struct {
-	mu          sync.Mutex
-	services    map[string]*corev1.Service
-	slices      map[string]map[string]*discoveryv1.EndpointSlice // service -> slice name -> slice
-	node        *corev1.Node
+	mu       sync.Mutex
+	services map[string]*source.Service
+	// slices holds each service's slices, sorted by name: a service has
+	// one or a few, and a map per service would cost more than they do.
+	slices      map[string][]*source.EndpointSlice
+	node        *source.Node
 	cidrs       []netip.Prefix
 	touched     map[string]struct{}
 	nodeChanged bool
@@ -56,31 +57,25 @@ type Tracker struct {
 // lock held) after every change that needs a sync.
 func New(notify func()) *Tracker {
 	return &Tracker{
-		services: map[string]*corev1.Service{},
-		slices:   map[string]map[string]*discoveryv1.EndpointSlice{},
+		services: map[string]*source.Service{},
+		slices:   map[string][]*source.EndpointSlice{},
 		touched:  map[string]struct{}{},
 		notify:   notify,
 	}
 }
 
-func nsName(namespace, name string) string { return namespace + "/" + name }
-
 // sliceService returns the namespace/name of the service a slice belongs to,
 // or "" when it carries no kubernetes.io/service-name label.
-func sliceService(s *discoveryv1.EndpointSlice) string {
-	if s == nil {
+func sliceService(s *source.EndpointSlice) string {
+	if s == nil || s.Service == "" {
 		return ""
 	}
-	name := s.Labels[discoveryv1.LabelServiceName]
-	if name == "" {
-		return ""
-	}
-	return nsName(s.Namespace, name)
+	return s.Namespace + "/" + s.Service
 }
 
-// OnService records a service addition, update or deletion.
-func (t *Tracker) OnService(prev, cur *corev1.Service) {
-	if prev != nil && cur != nil && sameService(prev, cur) {
+// OnServiceRecord records a service addition, update or deletion.
+func (t *Tracker) OnServiceRecord(prev, cur *source.Service) {
+	if prev != nil && cur != nil && prev.Same(cur) {
 		return
 	}
 	obj := cur
@@ -90,7 +85,7 @@ func (t *Tracker) OnService(prev, cur *corev1.Service) {
 	if obj == nil {
 		return
 	}
-	key := nsName(obj.Namespace, obj.Name)
+	key := obj.Key()
 	t.mu.Lock()
 	if cur == nil {
 		delete(t.services, key)
@@ -102,9 +97,9 @@ func (t *Tracker) OnService(prev, cur *corev1.Service) {
 	t.changed()
 }
 
-// OnEndpointSlice records an EndpointSlice addition, update or deletion.
-func (t *Tracker) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
-	if prev != nil && cur != nil && sameSlice(prev, cur) {
+// OnEndpointSliceRecord records an EndpointSlice addition, update or deletion.
+func (t *Tracker) OnEndpointSliceRecord(prev, cur *source.EndpointSlice) {
+	if prev != nil && cur != nil && prev.Same(cur) {
 		return
 	}
 	t.mu.Lock()
@@ -113,27 +108,43 @@ func (t *Tracker) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
 		t.touched[old] = struct{}{}
 	}
 	if svc := sliceService(cur); svc != "" {
-		if t.slices[svc] == nil {
-			t.slices[svc] = map[string]*discoveryv1.EndpointSlice{}
-		}
-		t.slices[svc][cur.Name] = cur
+		t.addSlice(svc, cur)
 		t.touched[svc] = struct{}{}
 	}
 	t.mu.Unlock()
 	t.changed()
 }
 
+// byName orders slices by name.
+func byName(s *source.EndpointSlice, name string) int { return strings.Compare(s.Name, name) }
+
+// addSlice adds s to svc's slices, or replaces the one of its name.
+func (t *Tracker) addSlice(svc string, s *source.EndpointSlice) {
+	list := t.slices[svc]
+	i, found := slices.BinarySearchFunc(list, s.Name, byName)
+	if found {
+		list[i] = s
+		return
+	}
+	t.slices[svc] = slices.Insert(list, i, s)
+}
+
 func (t *Tracker) removeSlice(svc, name string) {
-	delete(t.slices[svc], name)
-	if len(t.slices[svc]) == 0 {
+	list := t.slices[svc]
+	i, found := slices.BinarySearchFunc(list, name, byName)
+	switch {
+	case !found:
+	case len(list) == 1:
 		delete(t.slices, svc)
+	default:
+		t.slices[svc] = slices.Delete(list, i, i+1)
 	}
 }
 
-// OnNode records a change of this node.
-func (t *Tracker) OnNode(prev, cur *corev1.Node) {
-	if prev != nil && cur != nil && equality.Semantic.DeepEqual(prev.Labels, cur.Labels) &&
-		equality.Semantic.DeepEqual(prev.Spec, cur.Spec) && equality.Semantic.DeepEqual(prev.Status.Addresses, cur.Status.Addresses) {
+// OnNodeRecord records a change of this node. A change of nothing Weir
+// plans from (the deletion timestamp, read by the health check) is not one.
+func (t *Tracker) OnNodeRecord(prev, cur *source.Node) {
+	if prev != nil && cur != nil && samePlanned(prev, cur) {
 		return
 	}
 	t.mu.Lock()
@@ -141,6 +152,13 @@ func (t *Tracker) OnNode(prev, cur *corev1.Node) {
 	t.nodeChanged = true
 	t.mu.Unlock()
 	t.changed()
+}
+
+// samePlanned reports whether two Nodes give the planner the same input.
+func samePlanned(a, b *source.Node) bool {
+	x, y := *a, *b
+	x.Deleting, y.Deleting = false, false
+	return x.Same(&y)
 }
 
 // OnServiceCIDRs remembers the ranges of the cluster's ServiceCIDR
@@ -193,34 +211,22 @@ func (t *Tracker) Checkout(full bool) Snapshot {
 			snap.Services[name] = t.stateOf(name)
 		}
 	}
-	clear(t.touched)
+	// A new map after a large batch (the initial listing touches every
+	// service): clear would keep its room for good.
+	if len(t.touched) > smallBatch {
+		t.touched = map[string]struct{}{}
+	} else {
+		clear(t.touched)
+	}
 	t.nodeChanged = false
 	return snap
 }
 
+// smallBatch is the most touched services whose room Checkout keeps for
+// the next batch.
+const smallBatch = 256
+
 func (t *Tracker) stateOf(name string) ServiceState {
-	st := ServiceState{Service: t.services[name]}
-	for _, s := range t.slices[name] {
-		st.Slices = append(st.Slices, s)
-	}
-	slices.SortFunc(st.Slices, func(a, b *discoveryv1.EndpointSlice) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
-	return st
-}
-
-func sameService(a, b *corev1.Service) bool {
-	return equality.Semantic.DeepEqual(a.Spec, b.Spec) && equality.Semantic.DeepEqual(a.Labels, b.Labels) &&
-		equality.Semantic.DeepEqual(a.Annotations, b.Annotations) && equality.Semantic.DeepEqual(a.Status, b.Status)
-}
-
-func sameSlice(a, b *discoveryv1.EndpointSlice) bool {
-	return a.AddressType == b.AddressType && equality.Semantic.DeepEqual(a.Labels, b.Labels) &&
-		equality.Semantic.DeepEqual(a.Endpoints, b.Endpoints) && equality.Semantic.DeepEqual(a.Ports, b.Ports)
+	// A copy: the tracker's list changes with the next slice.
+	return ServiceState{Service: t.services[name], Slices: slices.Clone(t.slices[name])}
 }

@@ -10,50 +10,50 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/core/tracker"
 )
 
-func service(ns, name, ip string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: "1"},
-		Spec: corev1.ServiceSpec{
-			Type:       corev1.ServiceTypeClusterIP,
-			ClusterIP:  ip,
-			ClusterIPs: []string{ip},
-			Ports:      []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
-		},
+func service(ns, name, ip string) *source.Service {
+	return &source.Service{
+		Meta:       source.Meta{Namespace: ns, Name: name, ResourceVersion: "1"},
+		Type:       corev1.ServiceTypeClusterIP,
+		ClusterIP:  ip,
+		ClusterIPs: []string{ip},
+		Ports:      []source.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
 	}
 }
 
-func slice(ns, name, svc string, addrs ...string) *discoveryv1.EndpointSlice {
-	s := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: "1"},
+func slice(ns, name, svc string, addrs ...string) *source.EndpointSlice {
+	s := &source.EndpointSlice{
+		Meta:        source.Meta{Namespace: ns, Name: name, ResourceVersion: "1"},
+		Service:     svc,
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: new("http"), Port: new(int32(8080))}},
-	}
-	if svc != "" {
-		s.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
+		Ports:       []source.EndpointPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: new(int32(8080))}},
 	}
 	for _, a := range addrs {
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: new(true)}})
+		s.Endpoints = append(s.Endpoints, source.Endpoint{Address: a, Ready: true, Serving: true})
 	}
 	return s
 }
 
-func node(name, zone string) *corev1.Node {
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", Labels: map[string]string{corev1.LabelTopologyZone: zone}},
-		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.1"}}},
+func node(name, zone string) *source.Node {
+	return &source.Node{
+		Meta:      source.Meta{Name: name, ResourceVersion: "1"},
+		Zone:      zone,
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.1"}},
 	}
 }
 
-// bumped returns a copy of obj as the API server would send it after a
+// bumped returns a copy of a record as a source would deliver it after a
 // write that changed nothing the proxy reads.
-func bumped[T interface{ DeepCopy() T }](obj T, rv string) T {
-	c := obj.DeepCopy()
-	any(c).(metav1.Object).SetResourceVersion(rv)
+func bumped[T any, P interface {
+	*T
+	SetResourceVersion(string)
+}](obj P, rv string) P {
+	c := P(new(*obj))
+	c.SetResourceVersion(rv)
 	return c
 }
 
@@ -80,17 +80,19 @@ func sliceNames(st tracker.ServiceState) (n []string) {
 // step is one event fed to the tracker.
 type step func(*tracker.Tracker)
 
-func onService(prev, cur *corev1.Service) step {
-	return func(t *tracker.Tracker) { t.OnService(prev, cur) }
+func onService(prev, cur *source.Service) step {
+	return func(t *tracker.Tracker) { t.OnServiceRecord(prev, cur) }
 }
-func onSlice(prev, cur *discoveryv1.EndpointSlice) step {
-	return func(t *tracker.Tracker) { t.OnEndpointSlice(prev, cur) }
+func onSlice(prev, cur *source.EndpointSlice) step {
+	return func(t *tracker.Tracker) { t.OnEndpointSliceRecord(prev, cur) }
 }
-func onNode(prev, cur *corev1.Node) step { return func(t *tracker.Tracker) { t.OnNode(prev, cur) } }
+func onNode(prev, cur *source.Node) step {
+	return func(t *tracker.Tracker) { t.OnNodeRecord(prev, cur) }
+}
 
 // want describes one service in a snapshot.
 type want struct {
-	service *corev1.Service // nil: the state's Service must be nil
+	service *source.Service // nil: the state's Service must be nil
 	slices  []string        // names, in order
 }
 
@@ -264,19 +266,19 @@ func TestCheckout(t *testing.T) {
 	}
 }
 
-func describe(s *corev1.Service) string {
+func describe(s *source.Service) string {
 	if s == nil {
 		return "nil"
 	}
-	return fmt.Sprintf("%s/%s %s", s.Namespace, s.Name, s.Spec.ClusterIP)
+	return fmt.Sprintf("%s/%s %s", s.Namespace, s.Name, s.ClusterIP)
 }
 
 func TestSliceUpdateCarriesNewObject(t *testing.T) {
 	tr, _ := newTracker()
 	a := slice("shop", "web-a", "web", "10.244.0.1")
 	a2 := slice("shop", "web-a", "web", "10.244.0.1", "10.244.0.2")
-	tr.OnEndpointSlice(nil, a)
-	tr.OnEndpointSlice(a, a2)
+	tr.OnEndpointSliceRecord(nil, a)
+	tr.OnEndpointSliceRecord(a, a2)
 	st := tr.Checkout(false).Services["shop/web"]
 	if len(st.Slices) != 1 || st.Slices[0] != a2 {
 		t.Fatalf("slices = %v, want only the updated web-a", sliceNames(st))
@@ -289,7 +291,7 @@ func TestNodeChanged(t *testing.T) {
 		t.Fatalf("empty tracker: NodeChanged %v, Node %v", snap.NodeChanged, snap.Node)
 	}
 	n1 := node("node-a", "z1")
-	tr.OnNode(nil, n1)
+	tr.OnNodeRecord(nil, n1)
 	if got := calls.take(); got != 1 {
 		t.Errorf("notify called %d times for a new node, want 1", got)
 	}
@@ -306,29 +308,31 @@ func TestNodeChanged(t *testing.T) {
 		t.Errorf("second checkout: NodeChanged %v, Node %p; want false, %p", snap.NodeChanged, snap.Node, n1)
 	}
 
+	// A Node's record holds neither its status heartbeats nor its
+	// annotations (source's tests): those never reach the tracker.
 	for _, tt := range []struct {
 		name   string
-		mutate func(*corev1.Node)
+		mutate func(*source.Node)
 		change bool
 	}{
-		{"status heartbeat", func(n *corev1.Node) {
-			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-		}, false},
-		{"annotation", func(n *corev1.Node) { n.Annotations = map[string]string{"x": "y"} }, false},
-		{"zone label", func(n *corev1.Node) { n.Labels[corev1.LabelTopologyZone] = "z2" }, true},
-		{"address", func(n *corev1.Node) { n.Status.Addresses[0].Address = "192.168.0.2" }, true},
-		{"pod CIDRs", func(n *corev1.Node) { n.Spec.PodCIDRs = []string{"10.244.0.0/24"} }, true},
+		{"nothing but the resource version", func(*source.Node) {}, false},
+		{"deletion timestamp (the health check's, not the plan's)", func(n *source.Node) { n.Deleting = true }, false},
+		{"zone label", func(n *source.Node) { n.Zone = "z2" }, true},
+		{"address", func(n *source.Node) {
+			n.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.2"}}
+		}, true},
+		{"pod CIDRs", func(n *source.Node) { n.PodCIDRs = []string{"10.244.0.0/24"} }, true},
+		{"autoscaler taint", func(n *source.Node) { n.ToBeDeleted = true }, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tr, calls := newTracker()
 			prev := node("node-a", "z1")
-			tr.OnNode(nil, prev)
+			tr.OnNodeRecord(nil, prev)
 			tr.Checkout(false)
 			calls.take()
-			cur := prev.DeepCopy()
-			cur.ResourceVersion = "2"
+			cur := bumped(prev, "2")
 			tt.mutate(cur)
-			tr.OnNode(prev, cur)
+			tr.OnNodeRecord(prev, cur)
 			snap := tr.Checkout(false)
 			if snap.NodeChanged != tt.change {
 				t.Errorf("NodeChanged = %v, want %v", snap.NodeChanged, tt.change)
@@ -347,9 +351,9 @@ func TestNodeChanged(t *testing.T) {
 func TestNodeDeleted(t *testing.T) {
 	tr, _ := newTracker()
 	n := node("node-a", "z1")
-	tr.OnNode(nil, n)
+	tr.OnNodeRecord(nil, n)
 	tr.Checkout(false)
-	tr.OnNode(n, nil)
+	tr.OnNodeRecord(n, nil)
 	if snap := tr.Checkout(false); !snap.NodeChanged || snap.Node != nil {
 		t.Errorf("after delete: NodeChanged %v, Node %v; want true, nil", snap.NodeChanged, snap.Node)
 	}
@@ -371,9 +375,9 @@ func TestSynced(t *testing.T) {
 
 func TestNilNotify(t *testing.T) {
 	tr := tracker.New(nil)
-	tr.OnService(nil, service("a", "b", "10.96.0.1"))
-	tr.OnEndpointSlice(nil, slice("a", "b-1", "b", "10.244.0.1"))
-	tr.OnNode(nil, node("n", "z"))
+	tr.OnServiceRecord(nil, service("a", "b", "10.96.0.1"))
+	tr.OnEndpointSliceRecord(nil, slice("a", "b-1", "b", "10.244.0.1"))
+	tr.OnNodeRecord(nil, node("n", "z"))
 	tr.OnSynced()
 	if got := keys(tr.Checkout(false)); !slices.Equal(got, []string{"a/b"}) {
 		t.Errorf("services %q, want [a/b]", got)
@@ -387,7 +391,7 @@ func TestNotifyWithoutLock(t *testing.T) {
 	var tr *tracker.Tracker
 	var seen []string
 	tr = tracker.New(func() { seen = append(seen, keys(tr.Checkout(false))...) })
-	tr.OnService(nil, service("a", "b", "10.96.0.1"))
+	tr.OnServiceRecord(nil, service("a", "b", "10.96.0.1"))
 	if !slices.Equal(seen, []string{"a/b"}) {
 		t.Errorf("notify saw %q, want [a/b]", seen)
 	}
@@ -416,7 +420,7 @@ func TestConcurrent(t *testing.T) {
 				seen[name] = true
 				_ = sliceNames(st)
 				if st.Service != nil {
-					_ = st.Service.Spec.ClusterIP
+					_ = st.Service.ClusterIP
 				}
 			}
 			_ = tr.Synced()
@@ -430,13 +434,13 @@ func TestConcurrent(t *testing.T) {
 			for i := range perWorker {
 				name := fmt.Sprintf("svc-%d", i)
 				svc := service(ns, name, fmt.Sprintf("10.96.%d.%d", w, i))
-				tr.OnService(nil, svc)
+				tr.OnServiceRecord(nil, svc)
 				a := slice(ns, name+"-a", name, fmt.Sprintf("10.244.%d.%d", w, i))
-				tr.OnEndpointSlice(nil, a)
-				tr.OnEndpointSlice(a, slice(ns, name+"-a", name, fmt.Sprintf("10.244.%d.%d", w, i), "10.0.0.1"))
-				tr.OnEndpointSlice(nil, slice(ns, name+"-b", name, "10.0.0.2"))
-				tr.OnService(svc, bumped(svc, "2")) // no-op
-				tr.OnNode(nil, node("node-a", fmt.Sprintf("z%d", i%3)))
+				tr.OnEndpointSliceRecord(nil, a)
+				tr.OnEndpointSliceRecord(a, slice(ns, name+"-a", name, fmt.Sprintf("10.244.%d.%d", w, i), "10.0.0.1"))
+				tr.OnEndpointSliceRecord(nil, slice(ns, name+"-b", name, "10.0.0.2"))
+				tr.OnServiceRecord(svc, bumped(svc, "2")) // no-op
+				tr.OnNodeRecord(nil, node("node-a", fmt.Sprintf("z%d", i%3)))
 			}
 		})
 	}

@@ -6,9 +6,8 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/test/scale"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
 // benchServices is how many services the benchmarks load, one file each.
@@ -31,23 +30,24 @@ func rewrite(b *testing.B, dir string, version int) {
 	}
 }
 
-// signaller is a handler that counts objects and signals OnSynced and every
+// signaller is a handler that counts records and signals OnSynced and every
 // EndpointSlice update.
 type signaller struct {
-	objects int
-	synced  chan struct{}
-	updated chan struct{}
+	source.Handler // never called: the source delivers records
+	objects        int
+	synced         chan struct{}
+	updated        chan struct{}
 }
 
 func newSignaller() *signaller {
 	return &signaller{synced: make(chan struct{}, 1), updated: make(chan struct{}, 1)}
 }
 
-func (s *signaller) OnService(prev, cur *corev1.Service) { s.objects++ }
-func (s *signaller) OnNode(prev, cur *corev1.Node)       { s.objects++ }
-func (s *signaller) OnSynced()                           { s.synced <- struct{}{} }
+func (s *signaller) OnServiceRecord(prev, cur *source.Service) { s.objects++ }
+func (s *signaller) OnNodeRecord(prev, cur *source.Node)       { s.objects++ }
+func (s *signaller) OnSynced()                                 { s.synced <- struct{}{} }
 
-func (s *signaller) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
+func (s *signaller) OnEndpointSliceRecord(prev, cur *source.EndpointSlice) {
 	s.objects++
 	if prev != nil && cur != nil {
 		s.updated <- struct{}{}
@@ -156,7 +156,7 @@ func BenchmarkDecodeFile(b *testing.B) {
 	log := slog.New(slog.DiscardHandler)
 	b.Run("fast", func(b *testing.B) {
 		for b.Loop() {
-			decodeFile(log, "svc.yaml", data)
+			decodeFile(log, source.NewCompactor(), "svc.yaml", data)
 		}
 	})
 	b.Run("yaml", func(b *testing.B) {

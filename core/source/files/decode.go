@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
+
+	"github.com/weirproxy/weir/core/source"
 )
 
 // kind is one of the object kinds the source delivers, in delivery order.
@@ -54,10 +56,13 @@ func (k key) String() string {
 	return k.kind.String() + " " + k.namespace + "/" + k.name
 }
 
-// object is a decoded Service, EndpointSlice or Node.
+// object is the record of a decoded Service, EndpointSlice or Node
+// (*source.Service, *source.EndpointSlice or *source.Node).
 type object interface {
-	metav1.Object
-	runtime.Object
+	GetNamespace() string
+	GetName() string
+	GetResourceVersion() string
+	SetResourceVersion(string)
 }
 
 // objects is the set of objects one file defines.
@@ -82,15 +87,17 @@ func isManifest(name string) bool {
 // fileDecoder collects the objects of one file, logging documents it skips.
 type fileDecoder struct {
 	log      *slog.Logger
+	compact  *source.Compactor
 	path     string
 	objs     objects
 	failures int
 }
 
-// decodeFile decodes every document in data; failures counts the documents
-// that could not be used, so the caller can keep earlier definitions.
-func decodeFile(log *slog.Logger, path string, data []byte) (objs objects, failures int) {
-	d := &fileDecoder{log: log, path: path, objs: objects{}}
+// decodeFile decodes every document in data into records made by compact;
+// failures counts the documents that could not be used, so the caller can
+// keep earlier definitions.
+func decodeFile(log *slog.Logger, compact *source.Compactor, path string, data []byte) (objs objects, failures int) {
+	d := &fileDecoder{log: log, compact: compact, path: path, objs: objects{}}
 	if strings.EqualFold(filepath.Ext(path), ".json") {
 		d.jsonStream(data)
 	} else {
@@ -184,7 +191,7 @@ func (d *fileDecoder) value(doc, item int, js, headerJS []byte) {
 		}
 		return
 	}
-	obj, k, err := decodeObject(h, trimmed)
+	obj, k, err := decodeObject(d.compact, h, trimmed)
 	switch {
 	case err != nil:
 		d.skip(doc, item, err)
@@ -227,9 +234,10 @@ func (d *fileDecoder) where(doc, item int, extra ...any) []any {
 }
 
 // decodeObject decodes a supported kind into a fresh object with defaults
-// applied; it returns a nil object for kinds the source ignores.
-func decodeObject(h header, js []byte) (object, key, error) {
-	var obj object
+// applied, and returns its record made by compact; it returns a nil object
+// for kinds the source ignores.
+func decodeObject(compact *source.Compactor, h header, js []byte) (object, key, error) {
+	var obj kubeObject
 	var k kind
 	switch {
 	case h.APIVersion == "v1" && h.Kind == "Service":
@@ -248,12 +256,22 @@ func decodeObject(h header, js []byte) (object, key, error) {
 		return nil, key{}, errors.New("metadata.name is required")
 	}
 	normalize(k, obj)
-	return obj, key{kind: k, namespace: obj.GetNamespace(), name: obj.GetName()}, nil
+	rec, err := compact.Transform(obj)
+	if err != nil {
+		return nil, key{}, err
+	}
+	return rec.(object), key{kind: k, namespace: obj.GetNamespace(), name: obj.GetName()}, nil
+}
+
+// kubeObject is a decoded Service, EndpointSlice or Node.
+type kubeObject interface {
+	metav1.Object
+	runtime.Object
 }
 
 // normalize fixes the namespace, clears the manifest's resource version (the
 // source sets its own) and applies the API server's simple defaults.
-func normalize(k kind, obj object) {
+func normalize(k kind, obj kubeObject) {
 	obj.SetResourceVersion("")
 	switch k {
 	case kindNode:
@@ -268,17 +286,7 @@ func normalize(k kind, obj object) {
 		defaultService(o)
 	case *discoveryv1.EndpointSlice:
 		defaultEndpointSlice(o)
-		o.Endpoints = exact(o.Endpoints)
 	}
-}
-
-// exact returns s in an array of exactly its length. encoding/json grows
-// slices by doubling, and the endpoints are most of an EndpointSlice's size.
-func exact[S ~[]E, E any](s S) S {
-	if cap(s) == len(s) {
-		return s
-	}
-	return append(make(S, 0, len(s)), s...)
 }
 
 // splitYAML splits a multi-document YAML stream on "---" separator lines. A

@@ -1,17 +1,15 @@
 package files
 
 import (
-	"net/netip"
-
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // The files source applies the defaults the API server would apply on create,
 // so consumers see the same shape of object as from a real cluster. Only
 // defaults that need no allocation are applied: a Service without a cluster IP
-// in its manifest gets none here.
+// in its manifest gets none here. Fields the source's Trimmer drops get no
+// default (a port's targetPort, ipFamilies, allocateLoadBalancerNodePorts).
 
 // defaultService mirrors SetDefaults_Service and the cluster IP fields the API
 // server fills in.
@@ -22,12 +20,8 @@ func defaultService(svc *corev1.Service) {
 	}
 	defaultAffinity(spec)
 	for i := range spec.Ports {
-		p := &spec.Ports[i]
-		if p.Protocol == "" {
+		if p := &spec.Ports[i]; p.Protocol == "" {
 			p.Protocol = corev1.ProtocolTCP
-		}
-		if p.TargetPort == intstr.FromInt32(0) || p.TargetPort == intstr.FromString("") {
-			p.TargetPort = intstr.FromInt32(p.Port)
 		}
 	}
 	if externallyAccessible(spec) && spec.ExternalTrafficPolicy == "" {
@@ -36,10 +30,6 @@ func defaultService(svc *corev1.Service) {
 	if spec.InternalTrafficPolicy == nil && spec.Type != corev1.ServiceTypeExternalName {
 		policy := corev1.ServiceInternalTrafficPolicyCluster
 		spec.InternalTrafficPolicy = &policy
-	}
-	if spec.Type == corev1.ServiceTypeLoadBalancer && spec.AllocateLoadBalancerNodePorts == nil {
-		allocate := true
-		spec.AllocateLoadBalancerNodePorts = &allocate
 	}
 	defaultClusterIPs(spec)
 	defaultIngressIPMode(&svc.Status.LoadBalancer)
@@ -71,8 +61,7 @@ func externallyAccessible(spec *corev1.ServiceSpec) bool {
 		(spec.Type == corev1.ServiceTypeClusterIP && len(spec.ExternalIPs) > 0)
 }
 
-// defaultClusterIPs keeps clusterIP and clusterIPs consistent and derives
-// ipFamilies from the cluster IPs when the manifest leaves it empty.
+// defaultClusterIPs keeps clusterIP and clusterIPs consistent.
 func defaultClusterIPs(spec *corev1.ServiceSpec) {
 	if len(spec.ClusterIPs) == 0 && spec.ClusterIP != "" {
 		spec.ClusterIPs = []string{spec.ClusterIP}
@@ -80,22 +69,6 @@ func defaultClusterIPs(spec *corev1.ServiceSpec) {
 	if spec.ClusterIP == "" && len(spec.ClusterIPs) > 0 {
 		spec.ClusterIP = spec.ClusterIPs[0]
 	}
-	if len(spec.IPFamilies) > 0 {
-		return
-	}
-	var families []corev1.IPFamily
-	for _, ip := range spec.ClusterIPs {
-		addr, err := netip.ParseAddr(ip)
-		if err != nil {
-			return // "None" or invalid: leave the families to the consumer
-		}
-		family := corev1.IPv4Protocol
-		if addr.Unmap().Is6() {
-			family = corev1.IPv6Protocol
-		}
-		families = append(families, family)
-	}
-	spec.IPFamilies = families
 }
 
 // defaultIngressIPMode marks load-balancer ingress IPs without an ipMode as VIP.

@@ -1,6 +1,7 @@
 // Package files is the source that reads ordinary Kubernetes manifests
 // (Services, EndpointSlices and Nodes) from a directory and watches it, so
-// Weir can run with no cluster at all.
+// Weir can run with no cluster at all. It keeps, and delivers, the records
+// of the objects (source.Compactor), not the objects themselves.
 //
 // Every *.yaml, *.yml and *.json file below the directory counts, following
 // symbolic links and skipping hidden names, which fits a ConfigMap volume's
@@ -84,8 +85,9 @@ func New(dir string, log *slog.Logger) *Source {
 		tune: tuning{writeQuiet: writeQuiet, rootPoll: rootPoll, returnQuiet: returnQuiet, returnDelay: returnDelay}}
 }
 
-// Run loads every manifest, delivers the objects to h (Nodes, then Services,
-// then EndpointSlices) and calls h.OnSynced; it then delivers each change to
+// Run loads every manifest, delivers the records to h (Nodes, then Services,
+// then EndpointSlices; objects made from them when h is not a
+// source.RecordHandler) and calls h.OnSynced; it then delivers each change to
 // the directory until ctx is done, when it returns nil. It fails if the
 // directory is missing at start. A directory removed later is waited for,
 // its objects kept, and reported to h if h is a source.Reporter. All calls
@@ -105,9 +107,9 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 		return err
 	}
 	changes := r.st.diff()
-	deliver(h, changes)
+	deliver(r.h, changes)
 	r.logLoaded(changes)
-	h.OnSynced()
+	r.h.OnSynced()
 	return r.loop(ctx)
 }
 
@@ -130,7 +132,7 @@ func checkDir(dir string) error {
 // run is the state of one call to Run.
 type run struct {
 	log      *slog.Logger
-	h        source.Handler
+	h        source.RecordHandler
 	reporter source.Reporter // h, if it is one
 	tune     tuning
 	tree     *tree
@@ -152,7 +154,7 @@ func newRun(s *Source, w *watcher, h source.Handler) *run {
 	timer.Stop()
 	r := &run{
 		log:     s.log,
-		h:       h,
+		h:       source.Records(h),
 		tune:    s.tune,
 		tree:    &tree{root: s.dir, log: s.log, watcher: w, dirs: map[string]bool{}, warned: map[string]bool{}},
 		st:      newState(s.log),

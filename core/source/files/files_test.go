@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/weirproxy/weir/core/source"
 )
 
 const webService = `apiVersion: v1
@@ -86,12 +87,12 @@ items:
 		}
 		seen[rv] = true
 	}
-	web := evs[2].cur.(*corev1.Service)
-	if web.Spec.Ports[0].Protocol != corev1.ProtocolTCP || web.Spec.Type != corev1.ServiceTypeClusterIP {
-		t.Errorf("web not defaulted: %+v", web.Spec)
+	web := evs[2].cur.(*source.Service)
+	if web.Ports[0].Protocol != corev1.ProtocolTCP || web.Type != corev1.ServiceTypeClusterIP {
+		t.Errorf("web not defaulted: %+v", web)
 	}
-	slice := evs[4].cur.(*discoveryv1.EndpointSlice)
-	if len(slice.Endpoints) != 2 || *slice.Ports[0].Protocol != corev1.ProtocolTCP {
+	slice := evs[4].cur.(*source.EndpointSlice)
+	if len(slice.Endpoints) != 2 || slice.Ports[0].Protocol != corev1.ProtocolTCP {
 		t.Errorf("web-1 = %+v", slice)
 	}
 	if strings.Contains(h.logs.String(), "level=WARN") {
@@ -167,9 +168,9 @@ func TestEndpointRemoved(t *testing.T) {
 		h.write("web.yaml", webService+"---\n"+webSlice("10.0.0.1", "10.0.0.3"))
 	})
 	expectEvents(t, evs, "update EndpointSlice default/web-1")
-	prev := evs[0].prev.(*discoveryv1.EndpointSlice)
-	cur := evs[0].cur.(*discoveryv1.EndpointSlice)
-	if len(prev.Endpoints) != 3 || len(cur.Endpoints) != 2 || cur.Endpoints[1].Addresses[0] != "10.0.0.3" {
+	prev := evs[0].prev.(*source.EndpointSlice)
+	cur := evs[0].cur.(*source.EndpointSlice)
+	if len(prev.Endpoints) != 3 || len(cur.Endpoints) != 2 || cur.Endpoints[1].Address != "10.0.0.3" {
 		t.Errorf("prev %v, cur %v", prev.Endpoints, cur.Endpoints)
 	}
 	if rv(t, cur) <= rv(t, prev) {
@@ -237,7 +238,7 @@ func TestDuplicateAcrossFiles(t *testing.T) {
 	h.write("b.yaml", strings.Replace(webService, "port: 80", "port: 81", 1))
 	evs := h.start()
 	expectEvents(t, evs, "add Service default/web", "Synced")
-	if port := evs[0].cur.(*corev1.Service).Spec.Ports[0].Port; port != 81 {
+	if port := evs[0].cur.(*source.Service).Ports[0].Port; port != 81 {
 		t.Errorf("port = %d, want b.yaml's 81", port)
 	}
 	want := `msg="Object defined in more than one file; the lexically last file wins" object="Service default/web" file=` + h.path("b.yaml")
@@ -247,7 +248,7 @@ func TestDuplicateAcrossFiles(t *testing.T) {
 
 	evs = h.settle(func() { h.remove("b.yaml") })
 	expectEvents(t, evs, "update Service default/web")
-	if port := evs[0].cur.(*corev1.Service).Spec.Ports[0].Port; port != 80 {
+	if port := evs[0].cur.(*source.Service).Ports[0].Port; port != 80 {
 		t.Errorf("port = %d, want a.yaml's 80", port)
 	}
 	evs = h.settle(func() { h.remove("a.yaml") })

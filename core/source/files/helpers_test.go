@@ -11,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-
+	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/internal/syncbuf"
 )
 
@@ -61,10 +59,12 @@ func (e event) String() string {
 	return e.op() + " " + e.kind + " " + e.name()
 }
 
-// recorder is a source.Handler that records every call.
+// recorder is a source.RecordHandler that records every call. It is a
+// source.Handler only to be passed to Run: the source delivers it records.
 type recorder struct {
-	mu     sync.Mutex
-	events []event
+	source.Handler // never called
+	mu             sync.Mutex
+	events         []event
 }
 
 func (r *recorder) add(kind string, prev, cur object) {
@@ -73,15 +73,15 @@ func (r *recorder) add(kind string, prev, cur object) {
 	r.events = append(r.events, event{kind: kind, prev: prev, cur: cur})
 }
 
-func (r *recorder) OnService(prev, cur *corev1.Service) {
+func (r *recorder) OnServiceRecord(prev, cur *source.Service) {
 	r.add("Service", orNil(prev), orNil(cur))
 }
 
-func (r *recorder) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
+func (r *recorder) OnEndpointSliceRecord(prev, cur *source.EndpointSlice) {
 	r.add("EndpointSlice", orNil(prev), orNil(cur))
 }
 
-func (r *recorder) OnNode(prev, cur *corev1.Node) {
+func (r *recorder) OnNodeRecord(prev, cur *source.Node) {
 	r.add("Node", orNil(prev), orNil(cur))
 }
 
@@ -259,4 +259,19 @@ func expectEvents(t *testing.T, evs []event, want ...string) {
 	if got, w := eventStrings(evs), strings.Join(want, "\n"); got != w {
 		t.Fatalf("events:\n%s\nwant:\n%s", got, w)
 	}
+}
+
+// sameObjects reports whether two files' records are the same, resource
+// versions included.
+func sameObjects(a, b objects) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, x := range a {
+		y, ok := b[k]
+		if !ok || x.GetResourceVersion() != y.GetResourceVersion() || !sameContent(x, y) {
+			return false
+		}
+	}
+	return true
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/weirproxy/weir/core/source"
 )
 
 // loaded is one file read and decoded, waiting to be applied to the state.
@@ -33,7 +35,7 @@ func (st *state) loadFiles(paths []string) {
 	workers := min(runtime.GOMAXPROCS(0), len(paths))
 	if workers <= 1 {
 		for i, path := range paths {
-			results[i] = readFile(st.log.Handler(), path)
+			results[i] = readFile(st.log.Handler(), st.compact, path)
 		}
 	} else {
 		var next atomic.Int64
@@ -41,7 +43,7 @@ func (st *state) loadFiles(paths []string) {
 		for range workers {
 			wg.Go(func() {
 				for i := next.Add(1) - 1; i < int64(len(paths)); i = next.Add(1) - 1 {
-					results[i] = readFile(st.log.Handler(), paths[i])
+					results[i] = readFile(st.log.Handler(), st.compact, paths[i])
 				}
 			})
 		}
@@ -62,7 +64,7 @@ var errFileTooLarge = fmt.Errorf("larger than the %d MiB limit for one manifest 
 
 // readFile reads and decodes one file without touching the state, logging
 // through a buffer in front of h.
-func readFile(h slog.Handler, path string) loaded {
+func readFile(h slog.Handler, compact *source.Compactor, path string) loaded {
 	l := loaded{path: path}
 	info, err := os.Stat(path)
 	if err == nil && !info.Mode().IsRegular() {
@@ -79,7 +81,7 @@ func readFile(h slog.Handler, path string) loaded {
 		l.err = err
 	default:
 		log := slog.New(&logBuffer{next: h, records: &l.logs})
-		l.objs, l.failures = decodeFile(log, path, data)
+		l.objs, l.failures = decodeFile(log, compact, path, data)
 	}
 	return l
 }
@@ -131,9 +133,9 @@ func isGone(err error) bool {
 // broken document never deletes anything.
 func (st *state) keepPrevious(path string, objs objects) {
 	kept := 0
-	for k, o := range st.files[path] {
+	for _, k := range st.files[path] {
 		if _, ok := objs[k]; !ok {
-			objs[k] = o
+			objs[k] = st.defined(path, k)
 			kept++
 		}
 	}

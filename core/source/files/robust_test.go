@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weirproxy/weir/core/source"
 )
 
 // quickRoot makes the source check source.path often and read a folder
@@ -128,7 +130,7 @@ func revisions(evs []event) map[string]int {
 		case e.cur == nil:
 			delete(last, e.name())
 		default:
-			last[e.name()] = e.cur.GetAnnotations()["rev"]
+			last[e.name()] = e.cur.(*source.Service).Annotations["rev"]
 		}
 	}
 	counts := map[string]int{}

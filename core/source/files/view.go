@@ -2,16 +2,13 @@ package files
 
 import (
 	"cmp"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/weirproxy/weir/core/source"
 )
@@ -23,15 +20,31 @@ import (
 // the keys it defined before or defines now as dirty, and diff looks at those
 // keys only. Each object exists once; the delivered one is also the one its
 // winning file holds, stamped with a resource version when first delivered.
+//
+// Memory is one entry per object and one list of keys per file: at 10k
+// services the bookkeeping is a few megabytes beside the objects.
 type state struct {
-	log    *slog.Logger
-	files  map[string]objects // by file path
-	dirs   map[string]int     // how many known files each directory holds
-	owners map[key][]string   // files defining each object, sorted
-	dirty  map[key]bool       // objects to compare at the next diff
-	view   map[key]object     // effective objects, as delivered
-	dups   map[key]string     // duplicate definitions already warned about
-	rv     uint64             // last resource version handed out
+	log     *slog.Logger
+	compact *source.Compactor // makes the records of every file's objects
+	objs    map[key]*entry    // every object some file defines or that was delivered
+	files   map[string][]key  // by file path: the objects the file defines
+	dirs    map[string]int    // how many known files each directory holds
+	dirty   map[key]bool      // objects to compare at the next diff
+	dups    map[key]string    // duplicate definitions already warned about
+	rv      uint64            // last resource version handed out
+}
+
+// entry is one object: its definitions, sorted by path (the last one wins),
+// and the object last delivered, if any.
+type entry struct {
+	owners []definition
+	view   object
+}
+
+// definition is an object as one file defines it.
+type definition struct {
+	path string
+	obj  object
 }
 
 // change is one object's transition; prev is nil for an add, cur for a delete.
@@ -43,13 +56,13 @@ type change struct {
 // newState returns an empty state.
 func newState(log *slog.Logger) *state {
 	return &state{
-		log:    log,
-		files:  map[string]objects{},
-		dirs:   map[string]int{},
-		owners: map[key][]string{},
-		dirty:  map[key]bool{},
-		view:   map[key]object{},
-		dups:   map[key]string{},
+		log:     log,
+		compact: source.NewCompactor(),
+		objs:    map[key]*entry{},
+		files:   map[string][]key{},
+		dirs:    map[string]int{},
+		dirty:   map[key]bool{},
+		dups:    map[key]string{},
 	}
 }
 
@@ -57,17 +70,17 @@ func newState(log *slog.Logger) *state {
 // marks every object it defined before or defines now as dirty.
 func (st *state) setFile(path string, objs objects) {
 	old := st.files[path]
-	for k := range old {
+	for _, k := range old {
 		if _, ok := objs[k]; !ok {
 			st.disown(k, path)
 		}
 		st.dirty[k] = true
 	}
-	for k := range objs {
-		if _, ok := old[k]; !ok {
-			st.own(k, path)
-		}
+	keys := make([]key, 0, len(objs))
+	for k, obj := range objs {
+		st.own(k, path, obj)
 		st.dirty[k] = true
+		keys = append(keys, k)
 	}
 	dir := filepath.Dir(path)
 	switch {
@@ -75,7 +88,7 @@ func (st *state) setFile(path string, objs objects) {
 		if old == nil {
 			st.dirs[dir]++
 		}
-		st.files[path] = objs
+		st.files[path] = keys
 	case old != nil:
 		delete(st.files, path)
 		if st.dirs[dir]--; st.dirs[dir] == 0 {
@@ -84,25 +97,46 @@ func (st *state) setFile(path string, objs objects) {
 	}
 }
 
-// own adds path to the sorted list of files defining k.
-func (st *state) own(k key, path string) {
-	paths := st.owners[k]
-	if i, found := slices.BinarySearch(paths, path); !found {
-		st.owners[k] = slices.Insert(paths, i, path)
+// own records that path defines k as obj.
+func (st *state) own(k key, path string, obj object) {
+	e := st.objs[k]
+	if e == nil {
+		e = &entry{}
+		st.objs[k] = e
 	}
+	i, found := slices.BinarySearchFunc(e.owners, path, byPath)
+	if found {
+		e.owners[i].obj = obj
+		return
+	}
+	e.owners = slices.Insert(e.owners, i, definition{path: path, obj: obj})
 }
 
 // disown removes path from the files defining k.
 func (st *state) disown(k key, path string) {
-	paths := st.owners[k]
-	i, found := slices.BinarySearch(paths, path)
-	switch {
-	case !found:
-	case len(paths) == 1:
-		delete(st.owners, k)
-	default:
-		st.owners[k] = slices.Delete(paths, i, i+1)
+	e := st.objs[k]
+	if e == nil {
+		return
 	}
+	if i, found := slices.BinarySearchFunc(e.owners, path, byPath); found {
+		e.owners = slices.Delete(e.owners, i, i+1)
+	}
+	if len(e.owners) == 0 {
+		e.owners = nil
+	}
+}
+
+// byPath orders definitions by the path of their file.
+func byPath(d definition, path string) int { return strings.Compare(d.path, path) }
+
+// defined returns the object path defines as k, or nil.
+func (st *state) defined(path string, k key) object {
+	if e := st.objs[k]; e != nil {
+		if i, found := slices.BinarySearchFunc(e.owners, path, byPath); found {
+			return e.owners[i].obj
+		}
+	}
+	return nil
 }
 
 // dropFilesNotIn forgets every file that is not in keep.
@@ -148,12 +182,18 @@ func (st *state) holdsFiles(path, prefix string) bool {
 // effective returns the object the lexically last file defining k gives it,
 // and that file; the object is nil if no file defines k.
 func (st *state) effective(k key) (object, string) {
-	paths := st.owners[k]
-	if len(paths) == 0 {
+	e := st.objs[k]
+	if e == nil || len(e.owners) == 0 {
 		return nil, ""
 	}
-	path := paths[len(paths)-1]
-	return st.files[path][k], path
+	d := e.owners[len(e.owners)-1]
+	return d.obj, d.path
+}
+
+// setEffective replaces the object the winning file defines for k.
+func (st *state) setEffective(k key, obj object) {
+	e := st.objs[k]
+	e.owners[len(e.owners)-1].obj = obj
 }
 
 // reportDuplicates warns once about each object in keys whose set of defining
@@ -161,7 +201,7 @@ func (st *state) effective(k key) (object, string) {
 func (st *state) reportDuplicates(keys map[key]bool) {
 	var warn []key
 	for k := range keys {
-		paths := st.owners[k]
+		paths := st.paths(k)
 		if len(paths) < 2 {
 			delete(st.dups, k)
 			continue
@@ -173,11 +213,22 @@ func (st *state) reportDuplicates(keys map[key]bool) {
 	}
 	slices.SortFunc(warn, cmpKeys)
 	for _, k := range warn {
-		paths := st.owners[k]
+		paths := st.paths(k)
 		last := len(paths) - 1
 		st.log.Warn("Object defined in more than one file; the lexically last file wins",
 			"object", k.String(), "file", paths[last], "ignored", slices.Clone(paths[:last]))
 	}
+}
+
+// paths returns the files defining k, sorted.
+func (st *state) paths(k key) []string {
+	var out []string
+	if e := st.objs[k]; e != nil {
+		for _, d := range e.owners {
+			out = append(out, d.path)
+		}
+	}
+	return out
 }
 
 // cmpKeys orders keys by kind, namespace and name.
@@ -196,18 +247,28 @@ func (st *state) diff() []change {
 			changes = append(changes, c)
 		}
 	}
-	clear(st.dirty)
 	slices.SortFunc(changes, deliveryOrder)
 	for i := range changes {
 		st.record(&changes[i])
 	}
+	for k := range st.dirty {
+		if e := st.objs[k]; e != nil && len(e.owners) == 0 && e.view == nil {
+			delete(st.objs, k)
+		}
+	}
+	// A new map rather than clear: the initial load's would keep room for
+	// every object.
+	st.dirty = map[key]bool{}
 	return changes
 }
 
 // compare returns the change of k since it was last delivered, if any.
 func (st *state) compare(k key) (change, bool) {
-	cur, path := st.effective(k)
-	prev := st.view[k]
+	cur, _ := st.effective(k)
+	var prev object
+	if e := st.objs[k]; e != nil {
+		prev = e.view
+	}
 	switch {
 	case prev == nil && cur == nil:
 		return change{}, false
@@ -216,41 +277,47 @@ func (st *state) compare(k key) (change, bool) {
 	case prev == cur:
 		return change{}, false // the winning file still holds what was delivered
 	case sameContent(prev, cur):
-		st.files[path][k] = prev // drop the new copy; keep the delivered one
+		st.setEffective(k, prev) // drop the new copy; keep the delivered one
 		return change{}, false
 	}
 	return change{key: k, prev: prev, cur: cur}, true
 }
 
-// sameContent reports whether two objects of one kind are equal apart from
-// their resource versions.
+// sameContent reports whether two records of one kind are equal apart
+// from their resource versions.
 func sameContent(a, b object) bool {
-	if rv := a.GetResourceVersion(); b.GetResourceVersion() != rv {
-		b = withResourceVersion(b, rv)
+	switch x := a.(type) {
+	case *source.Service:
+		y, ok := b.(*source.Service)
+		return ok && x.Same(y)
+	case *source.EndpointSlice:
+		y, ok := b.(*source.EndpointSlice)
+		return ok && x.Same(y)
+	case *source.Node:
+		y, ok := b.(*source.Node)
+		return ok && x.Same(y)
 	}
-	return apiequality.Semantic.DeepEqual(a, b)
+	return false
 }
 
 // withResourceVersion returns a shallow copy of obj with another resource
-// version, for comparisons only: the copy shares everything else with obj.
+// version: the copy shares everything else with obj, which nobody modifies.
 func withResourceVersion(obj object, rv string) object {
 	switch o := obj.(type) {
-	case *corev1.Service:
+	case *source.Service:
 		c := *o
 		c.ResourceVersion = rv
 		return &c
-	case *discoveryv1.EndpointSlice:
+	case *source.EndpointSlice:
 		c := *o
 		c.ResourceVersion = rv
 		return &c
-	case *corev1.Node:
+	case *source.Node:
 		c := *o
 		c.ResourceVersion = rv
 		return &c
 	}
-	c := obj.DeepCopyObject().(object)
-	c.SetResourceVersion(rv)
-	return c
+	panic(fmt.Sprintf("files source: no record type %T", obj))
 }
 
 // deliveryOrder puts additions and updates first (Nodes, Services, then
@@ -271,39 +338,40 @@ func deliveryOrder(a, b change) int {
 
 // record updates the delivered view for c and stamps c.cur with the next
 // resource version. An object stamped before was handed to the handler
-// already, so it is copied rather than changed, and the copy replaces it in
-// its file.
+// already, so it is copied rather than changed (a shallow copy: delivered
+// objects are never modified, so the copy shares all but its metadata's
+// resource version), and the copy replaces it in its file.
 func (st *state) record(c *change) {
+	e := st.objs[c.key]
 	if c.cur == nil {
-		delete(st.view, c.key)
+		e.view = nil
 		return
 	}
 	st.rv++
 	if c.cur.GetResourceVersion() != "" {
-		c.cur = c.cur.DeepCopyObject().(object)
-		_, path := st.effective(c.key)
-		st.files[path][c.key] = c.cur
+		c.cur = withResourceVersion(c.cur, "")
+		st.setEffective(c.key, c.cur)
 	}
 	c.cur.SetResourceVersion(strconv.FormatUint(st.rv, 10))
-	st.view[c.key] = c.cur
+	e.view = c.cur
 }
 
 // deliver calls the handler for each change, in order.
-func deliver(h source.Handler, changes []change) {
+func deliver(h source.RecordHandler, changes []change) {
 	for _, c := range changes {
 		switch c.key.kind {
 		case kindNode:
-			prev, _ := c.prev.(*corev1.Node)
-			cur, _ := c.cur.(*corev1.Node)
-			h.OnNode(prev, cur)
+			prev, _ := c.prev.(*source.Node)
+			cur, _ := c.cur.(*source.Node)
+			h.OnNodeRecord(prev, cur)
 		case kindService:
-			prev, _ := c.prev.(*corev1.Service)
-			cur, _ := c.cur.(*corev1.Service)
-			h.OnService(prev, cur)
+			prev, _ := c.prev.(*source.Service)
+			cur, _ := c.cur.(*source.Service)
+			h.OnServiceRecord(prev, cur)
 		case kindEndpointSlice:
-			prev, _ := c.prev.(*discoveryv1.EndpointSlice)
-			cur, _ := c.cur.(*discoveryv1.EndpointSlice)
-			h.OnEndpointSlice(prev, cur)
+			prev, _ := c.prev.(*source.EndpointSlice)
+			cur, _ := c.cur.(*source.EndpointSlice)
+			h.OnEndpointSliceRecord(prev, cur)
 		}
 	}
 }

@@ -9,15 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
+	"github.com/weirproxy/weir/core/source"
 	"github.com/weirproxy/weir/internal/syncbuf"
 )
 
-// testNode returns a decoded Node whose content is its label v.
-func testNode(name, v string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"v": v}}}
+// testNode returns the record of a Node whose content is its zone v.
+func testNode(name, v string) *source.Node {
+	return &source.Node{Meta: source.Meta{Name: name}, Zone: v}
 }
 
 // snapshot is what an object looked like when it was delivered.
@@ -102,7 +100,7 @@ func TestIncrementalDiffMatchesFullMerge(t *testing.T) {
 }
 
 // label returns a test Node's content.
-func label(o object) string { return o.GetLabels()["v"] }
+func label(o object) string { return o.(*source.Node).Zone }
 
 // mergeModel returns each node's content from the lexically last file that
 // defines it, and the files defining each node.
@@ -161,7 +159,7 @@ func TestRedeliveredObjectIsACopy(t *testing.T) {
 	case rv(t, again) <= rv(t, b):
 		t.Errorf("resource version did not increase: %s -> %s", b.GetResourceVersion(), again.GetResourceVersion())
 	}
-	if port := again.(*corev1.Service).Spec.Ports[0].Port; port != 80 {
+	if port := again.(*source.Service).Ports[0].Port; port != 80 {
 		t.Errorf("port = %d, want a.yaml's 80", port)
 	}
 }

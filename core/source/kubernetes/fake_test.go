@@ -48,7 +48,9 @@ func newFakeAPI(t *testing.T, fail int) *fakeAPI {
 // lists are the fake's objects, by path.
 var lists = map[string]string{
 	"/api/v1/services": `{"kind":"ServiceList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[` +
-		`{"metadata":{"name":"web","namespace":"default","resourceVersion":"5"},"spec":{"clusterIP":"10.96.0.10","ports":[{"port":80}]}}]}`,
+		`{"metadata":{"name":"web","namespace":"default","resourceVersion":"5","uid":"0e3c5f2a",` +
+		`"managedFields":[{"manager":"kubectl","operation":"Apply"}],"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{}"}},` +
+		`"spec":{"clusterIP":"10.96.0.10","selector":{"app":"web"},"ports":[{"port":80,"targetPort":8080}]}}]}`,
 	"/apis/discovery.k8s.io/v1/endpointslices": `{"kind":"EndpointSliceList","apiVersion":"discovery.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[]}`,
 	"/api/v1/nodes": `{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[` +
 		`{"metadata":{"name":"n1","resourceVersion":"3"}}]}`,
@@ -166,6 +168,7 @@ func closingListener(t *testing.T) string {
 type recorder struct {
 	mu    sync.Mutex
 	calls []string
+	svc   *corev1.Service // the last Service delivered
 }
 
 func (r *recorder) add(s string) {
@@ -175,6 +178,9 @@ func (r *recorder) add(s string) {
 }
 
 func (r *recorder) OnService(prev, cur *corev1.Service) {
+	r.mu.Lock()
+	r.svc = cur
+	r.mu.Unlock()
 	if cur != nil && prev == nil {
 		r.add("add Service " + cur.Namespace + "/" + cur.Name)
 	}

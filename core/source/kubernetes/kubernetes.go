@@ -7,7 +7,9 @@
 // Services (clusterIP None), EndpointSlices labelled
 // service.kubernetes.io/headless, and watches only the Node named
 // Options.NodeName. The first OnSynced comes once all three caches hold
-// the API server's objects. A handler that is a source.ServiceCIDRHandler
+// the API server's objects. The informers keep records of the objects
+// (source.Compactor) and deliver them (see source.Records): what Weir reads
+// of them, with the values objects repeat shared between them. A handler that is a source.ServiceCIDRHandler
 // also gets the ranges of the ServiceCIDR objects (servicecidrs.go). When the API server goes away the informers
 // keep their caches, so Weir keeps its rules, and reconnect on their own;
 // a relist afterwards delivers only what changed meanwhile (updates that
@@ -142,7 +144,7 @@ type informer struct {
 
 // informers returns the source's three informers, their requests
 // reporting to st.
-func (s *Source) informers(st *status, h source.Handler) []informer {
+func (s *Source) informers(st *status, h source.RecordHandler) []informer {
 	services := func(o *metav1.ListOptions) { o.LabelSelector, o.FieldSelector = serviceLabels, serviceFields }
 	slices := func(o *metav1.ListOptions) { o.LabelSelector = endpointsLabels }
 	node := func(o *metav1.ListOptions) {
@@ -152,13 +154,13 @@ func (s *Source) informers(st *status, h source.Handler) []informer {
 	return []informer{
 		s.informer(st, "Services", &corev1.Service{},
 			listWatch(core, "services", func() runtime.Object { return &corev1.ServiceList{} }, services),
-			handlerFor(h.OnService)),
+			handlerFor(h.OnServiceRecord)),
 		s.informer(st, "EndpointSlices", &discoveryv1.EndpointSlice{},
 			listWatch(discovery, "endpointslices", func() runtime.Object { return &discoveryv1.EndpointSliceList{} }, slices),
-			handlerFor(h.OnEndpointSlice)),
+			handlerFor(h.OnEndpointSliceRecord)),
 		s.informer(st, "Node "+s.opts.NodeName, &corev1.Node{},
 			listWatch(core, "nodes", func() runtime.Object { return &corev1.NodeList{} }, node),
-			handlerFor(h.OnNode)),
+			handlerFor(h.OnNodeRecord)),
 	}
 }
 
@@ -204,10 +206,12 @@ func listWatch(rc rest.Interface, resource string, newList func() runtime.Object
 // about a second of ctx ending.
 func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	st := newStatus(s.opts.Log, s.server, h)
-	infs := s.informers(st, h)
+	rh := source.Records(h)
+	infs := s.informers(st, rh)
+	compact := source.NewCompactor()
 	var names []string
 	for _, inf := range infs {
-		if err := inf.informer.SetTransform(dropManagedFields); err != nil {
+		if err := inf.informer.SetTransform(compact.Transform); err != nil {
 			return fmt.Errorf("kubernetes: %s informer: %w", inf.obj.what, err)
 		}
 		if err := inf.informer.SetWatchErrorHandlerWithContext(s.watchErrorLogger(inf.obj.what)); err != nil {
@@ -236,7 +240,7 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	if err := s.waitSynced(ctx, st); err != nil {
 		return err
 	}
-	h.OnSynced()
+	rh.OnSynced()
 	st.markSynced()
 	<-ctx.Done()
 	return nil
@@ -247,7 +251,9 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 // saying so if ctx ends first.
 func (s *Source) waitSynced(ctx context.Context, st *status) error {
 	start := time.Now()
-	poll := time.NewTicker(100 * time.Millisecond)
+	// The first sync waits for this: a short poll (three flags to read)
+	// starts it soon after the last initial object.
+	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
 	interval := s.tune.firstReport
 	report := start.Add(interval)
@@ -302,16 +308,7 @@ func (s *Source) watchErrorLogger(what string) cache.WatchErrorHandlerWithContex
 	}
 }
 
-// dropManagedFields removes what Weir never reads and caches would keep
-// for every object: the server-side apply bookkeeping.
-func dropManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
-// handlerFor adapts one source.Handler method to informer events.
+// handlerFor adapts one source.RecordHandler method to informer events.
 // Updates whose object did not change (the informer's relists) are not
 // passed on; a deletion whose last state the informer missed delivers the
 // last state it knew.

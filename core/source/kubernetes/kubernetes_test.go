@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -37,15 +38,6 @@ func TestHandlerForPassesRealChangesOnly(t *testing.T) {
 	}
 }
 
-func TestDropManagedFields(t *testing.T) {
-	s := service("web", "1")
-	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
-	out, err := dropManagedFields(s)
-	if err != nil || out.(*corev1.Service).ManagedFields != nil {
-		t.Errorf("managed fields kept: %v, %v", out, err)
-	}
-}
-
 func TestNewNeedsANodeName(t *testing.T) {
 	if _, err := New(&rest.Config{Host: "https://127.0.0.1:1"}, Options{}); err == nil || !strings.Contains(err.Error(), "node name") {
 		t.Errorf("New without a node name: %v", err)
@@ -56,5 +48,28 @@ func TestConfigNamesTheKubeconfig(t *testing.T) {
 	_, err := Config("/nonexistent/kubeconfig")
 	if err == nil || !strings.Contains(err.Error(), "source.kubeconfig /nonexistent/kubeconfig") {
 		t.Errorf("missing kubeconfig: %v", err)
+	}
+}
+
+// The informers keep, and deliver, objects trimmed by a source.Trimmer:
+// what Weir does not read is gone before anything holds it.
+func TestDeliveredObjectsAreTrimmed(t *testing.T) {
+	f := newFakeAPI(t, 0)
+	r := start(t, config(f.srv.URL, defaultLimits))
+	r.waitCall("Synced")
+	r.rec.mu.Lock()
+	svc := r.rec.svc
+	r.rec.mu.Unlock()
+	switch {
+	case svc == nil:
+		t.Fatal("no Service delivered")
+	case svc.UID != "" || svc.ManagedFields != nil || svc.Annotations != nil || svc.Spec.Selector != nil ||
+		svc.Spec.Ports[0].TargetPort != (intstr.IntOrString{}):
+		t.Errorf("the Service was not trimmed: %+v", svc)
+	case svc.Name != "web" || svc.ResourceVersion != "5" || svc.Spec.ClusterIP != "10.96.0.10" || svc.Spec.Ports[0].Port != 80:
+		t.Errorf("the trimmed Service lost what Weir reads: %+v", svc)
+	}
+	if err := r.stop(); err != nil {
+		t.Errorf("Run after cancel: %v", err)
 	}
 }
