@@ -149,8 +149,9 @@ func (b *Backend) fullSync(p *plan.Plan) error {
 	}
 	var txns []*txn
 	var pending []*changes
+	out := b.kernel.batch()
 	for _, tb := range b.tables {
-		t, c := tb.fullTxn(p)
+		t, c := tb.fullTxn(p, out)
 		txns, pending = append(txns, t), append(pending, c)
 	}
 	if err := b.commit(true, txns...); err != nil {
@@ -167,8 +168,9 @@ func (b *Backend) fullSync(p *plan.Plan) error {
 func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
 	var txns []*txn
 	var pending []*changes
+	out := b.kernel.batch()
 	for _, tb := range b.tables {
-		t, c := tb.partialTxn(p, changed)
+		t, c := tb.partialTxn(p, changed, out)
 		if !t.empty() {
 			txns, pending = append(txns, t), append(pending, c)
 		}

@@ -9,51 +9,129 @@ import (
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
+// addrKey is an address as a map key without a pointer (a netip.Addr has
+// one), so the garbage collector does not scan the maps keyed by it.
+type addrKey [16]byte
+
+func addrKeyOf(a netip.Addr) addrKey { return a.As16() }
+
+// bytes returns the address as the family's element bytes.
+func (k *addrKey) bytes(f *family) []byte { return k[16-f.addrLen:] }
+
 // state is everything the backend has committed to the kernel.
 type state struct {
 	services  map[plan.Key]*serviceState
-	maps      map[mapID]int      // entries drawing from each endpoints map
-	chains    map[pickSpec]int   // elements sending packets to each pick chain
-	hairpin   map[netip.Addr]int // services per endpoint address
-	clusterIP map[netip.Addr]int // service ports per cluster IP
-	podCIDRs  []netip.Prefix     // what the pod-cidrs set holds
-	nodeAddrs []netip.Prefix     // what the nodeport-cidrs set holds with NodePortPrimary
+	maps      map[mapID]int     // entries drawing from each endpoints map
+	chains    map[pickSpec]int  // elements sending packets to each pick chain
+	hairpin   map[addrKey]int32 // references per endpoint address (eachHairpin)
+	clusterIP map[addrKey]int32 // service ports per cluster IP
+	podCIDRs  []netip.Prefix    // what the pod-cidrs set holds
+	nodeAddrs []netip.Prefix    // what the nodeport-cidrs set holds with NodePortPrimary
 	// serviceCIDRs is what the service-cidrs set holds.
 	serviceCIDRs []netip.Prefix
 }
 
 func newState() *state {
 	return &state{services: map[plan.Key]*serviceState{}, maps: map[mapID]int{}, chains: map[pickSpec]int{},
-		hairpin: map[netip.Addr]int{}, clusterIP: map[netip.Addr]int{}}
+		hairpin: map[addrKey]int32{}, clusterIP: map[addrKey]int32{}}
 }
 
 // changes is a pending update of state: it is merged only after the kernel
 // accepted the transaction, so a failed commit leaves state matching the
-// kernel's previous rules.
+// kernel's previous rules. The elements the update adds and deletes are
+// encoded as they are found, into a list per set.
 type changes struct {
 	fam       *family
+	table     *nftables.Table
 	base      *state
 	services  map[plan.Key]*serviceState // nil value: deleted
 	maps      map[mapID]int
 	chains    map[pickSpec]int
-	hairpin   map[netip.Addr]int
-	clusterIP map[netip.Addr]int
+	hairpin   counts
+	clusterIP counts
 	// sticky holds the service ports whose sticky objects change.
 	sticky       []stickyChange
 	podCIDRs     []netip.Prefix
 	nodeAddrs    []netip.Prefix
 	serviceCIDRs []netip.Prefix
-	del, add     map[string][]element
+	del, add     map[string]*elemList
+	// mapLists and pickChains save formatting names per element.
+	mapLists   map[mapList]*elemList
+	pickChains map[pickSpec]string
+}
+
+// mapList is the list of an endpoints map's additions or deletions.
+type mapList struct {
+	id  mapID
+	del bool
 }
 
 // stickyChange is a change of one service port's sticky objects.
 type stickyChange struct{ old, cur *serviceState }
 
-func newChanges(base *state, f *family) *changes {
-	return &changes{fam: f,
-		base: base, services: map[plan.Key]*serviceState{}, maps: map[mapID]int{}, chains: map[pickSpec]int{},
-		hairpin: map[netip.Addr]int{}, clusterIP: map[netip.Addr]int{}, del: map[string][]element{}, add: map[string][]element{},
+func newChanges(base *state, l *layout) *changes {
+	return &changes{fam: l.fam, table: l.table, base: base, services: map[plan.Key]*serviceState{},
+		maps: map[mapID]int{}, chains: map[pickSpec]int{}, hairpin: newCounts(), clusterIP: newCounts(),
+		del: map[string]*elemList{}, add: map[string]*elemList{}, mapLists: map[mapList]*elemList{},
+		pickChains: map[pickSpec]string{}}
+}
+
+// presize sizes the pending maps of a full sync of p, whose base is
+// empty and which the state keeps: a service per key, at most an address
+// per endpoint of the family, a cluster IP per service.
+func (c *changes) presize(p *plan.Plan) {
+	eps := 0
+	for _, s := range p.Services {
+		for i := range s.Endpoints {
+			if c.fam.is(s.Endpoints[i].Address) {
+				eps++
+			}
+		}
 	}
+	c.services = make(map[plan.Key]*serviceState, len(p.Services))
+	c.hairpin = counts{m: make(map[addrKey]int32, eps), order: make([]addrKey, 0, eps)}
+	c.clusterIP = counts{m: make(map[addrKey]int32, len(p.Services)), order: make([]addrKey, 0, len(p.Services))}
+}
+
+// list returns the list of elements to add to set, or with del set to
+// delete from it.
+func (c *changes) list(set string, del bool) *elemList {
+	lists := c.add
+	if del {
+		lists = c.del
+	}
+	l := lists[set]
+	if l == nil {
+		l = newElemList(c.table, set, del)
+		lists[set] = l
+	}
+	return l
+}
+
+// mapList returns the list of an endpoints map.
+func (c *changes) mapList(m mapID, del bool) *elemList {
+	k := mapList{id: m, del: del}
+	l := c.mapLists[k]
+	if l == nil {
+		l = c.list(m.name(), del)
+		c.mapLists[k] = l
+	}
+	return l
+}
+
+// chainFor returns the chain a draw's goto element names: the service's
+// own sticky chain with ClientIP affinity, the shared pick chain otherwise.
+func (c *changes) chainFor(s *serviceState, d *draw) string {
+	spec, ok := s.pickSpec(d)
+	if !ok {
+		return stickyChain(d.kind, s.key)
+	}
+	name, ok := c.pickChains[spec]
+	if !ok {
+		name = spec.chain()
+		c.pickChains[spec] = name
+	}
+	return name
 }
 
 // count returns a pending count, or the committed one when unchanged.
@@ -64,113 +142,118 @@ func count[K comparable](pending, base map[K]int, k K) int {
 	return base[k]
 }
 
-// update records that key moves from old to the plan's service (nil: deleted).
+// update records that key moves from old to the plan's service (nil:
+// deleted); nothing when the service needs what was committed.
 func (c *changes) update(key plan.Key, svc *plan.Service) {
 	old := c.base.services[key]
 	var cur *serviceState
 	if svc != nil {
 		cur = newServiceState(svc, c.fam)
 	}
-	if old == nil && cur == nil {
+	if same(old, cur) {
 		return
 	}
 	c.services[key] = cur
-	c.entries(old, cur)
-	c.buckets(old, cur)
-	c.refcounts(old, cur)
+	was, now := old.draws(), cur.draws()
+	c.entries(old, cur, was, now)
+	c.buckets(old.bucketDraws(was), cur.bucketDraws(now))
+	c.refcounts(old, cur, was, now)
 	if (old != nil && old.affinity > 0) || (cur != nil && cur.affinity > 0) {
 		c.sticky = append(c.sticky, stickyChange{old: old, cur: cur})
 	}
 }
 
-func (c *changes) entries(old, cur *serviceState) {
+// entries records the entry elements when they change, and the elements
+// each pick chain gains or loses.
+func (c *changes) entries(old, cur *serviceState, was, now []draw) {
 	if sameEntries(old, cur) {
 		return
 	}
 	if old != nil {
-		old.entryElements(func(set string, e element, d *draw) {
-			c.del[set] = append(c.del[set], e)
-			if spec, ok := old.pickSpec(d); ok {
+		old.writeEntries(c, was, true)
+		for i := range was {
+			if spec, ok := old.pickSpec(&was[i]); ok {
 				c.chains[spec] = count(c.chains, c.base.chains, spec) - 1
 			}
-		})
+		}
 	}
 	if cur != nil {
-		cur.entryElements(func(set string, e element, d *draw) {
-			c.add[set] = append(c.add[set], e)
-			if spec, ok := cur.pickSpec(d); ok {
+		cur.writeEntries(c, now, false)
+		for i := range now {
+			if spec, ok := cur.pickSpec(&now[i]); ok {
 				c.chains[spec] = count(c.chains, c.base.chains, spec) + 1
 			}
-		})
+		}
 	}
 }
 
 // buckets records the bucket elements that change, entry by entry: only
 // the changed buckets when an entry keeps its weight, all of them
-// otherwise. Sticky chains hold their endpoints in rules, not buckets.
-func (c *changes) buckets(old, cur *serviceState) {
-	was, now := old.bucketDraws(), cur.bucketDraws()
-	find := func(ds []draw, d draw) int {
-		return slices.IndexFunc(ds, func(o draw) bool { return o.mapID() == d.mapID() && string(o.key) == string(d.key) })
+// otherwise.
+func (c *changes) buckets(was, now []draw) {
+	find := func(ds []draw, d *draw) int {
+		return slices.IndexFunc(ds, func(o draw) bool { return o.mapID() == d.mapID() && o.key == d.key })
 	}
-	for _, o := range was {
-		m := o.mapID().name()
-		if i := find(now, o); i >= 0 {
-			idx := changedBuckets(o.pool, now[i].pool)
-			c.del[m] = append(c.del[m], o.bucketElements(idx)...)
-			c.add[m] = append(c.add[m], now[i].bucketElements(idx)...)
-		} else {
-			c.del[m] = append(c.del[m], o.bucketElements(o.pool.allBuckets())...)
+	for i := range was {
+		o := &was[i]
+		j := find(now, o)
+		if j < 0 {
+			c.writeBuckets(o, true, everyBucket)
+			continue
+		}
+		n := &now[j]
+		differs := func(b int) bool { return changed(o.pool, n.pool, b) }
+		c.writeBuckets(o, true, differs)
+		c.writeBuckets(n, false, differs)
+	}
+	for i := range now {
+		if find(was, &now[i]) < 0 {
+			c.writeBuckets(&now[i], false, everyBucket)
 		}
 	}
-	for _, d := range now {
-		if find(was, d) < 0 {
-			m := d.mapID().name()
-			c.add[m] = append(c.add[m], d.bucketElements(d.pool.allBuckets())...)
-		}
-	}
 }
 
-// mapID is the endpoints map a draw's buckets are in.
-func (d draw) mapID() mapID { return mapID{lane: d.kind.lane(), weight: d.pool.weight()} }
-
-// pickSpec returns the shared pick chain an entry's draw goes through;
-// false for the other elements and for sticky chains.
-func (s *serviceState) pickSpec(d *draw) (pickSpec, bool) {
-	if d == nil || s.affinity > 0 {
-		return pickSpec{}, false
-	}
-	return pickSpec{kind: d.kind, weight: d.pool.weight()}, true
-}
-
-// bucketDraws returns the draws whose buckets are in endpoints maps.
-func (s *serviceState) bucketDraws() []draw {
-	if s == nil || s.affinity > 0 {
-		return nil
-	}
-	return s.draws()
-}
-
-func (c *changes) refcounts(old, cur *serviceState) {
-	for _, d := range old.bucketDraws() {
+// refcounts moves the references of old to cur: the entries drawing from
+// each endpoints map, the services of each endpoint address and cluster IP.
+func (c *changes) refcounts(old, cur *serviceState, was, now []draw) {
+	for _, d := range old.bucketDraws(was) {
 		c.maps[d.mapID()] = count(c.maps, c.base.maps, d.mapID()) - 1
 	}
-	for _, d := range cur.bucketDraws() {
+	for _, d := range cur.bucketDraws(now) {
 		c.maps[d.mapID()] = count(c.maps, c.base.maps, d.mapID()) + 1
 	}
-	recount(c.hairpin, c.base.hairpin, old.hairpinAddrs(), cur.hairpinAddrs())
-	recount(c.clusterIP, c.base.clusterIP, old.clusterIPs(), cur.clusterIPs())
+	if old != nil {
+		old.eachHairpin(func(a netip.Addr) { c.hairpin.move(c.base.hairpin, a, -1) })
+		for _, a := range old.ips {
+			c.clusterIP.move(c.base.clusterIP, a, -1)
+		}
+	}
+	if cur != nil {
+		cur.eachHairpin(func(a netip.Addr) { c.hairpin.move(c.base.hairpin, a, 1) })
+		for _, a := range cur.ips {
+			c.clusterIP.move(c.base.clusterIP, a, 1)
+		}
+	}
 }
 
-// recount moves one reference per address from those of old to those of
-// cur, in the pending counts over base.
-func recount(pending, base map[netip.Addr]int, old, cur []netip.Addr) {
-	for _, a := range old {
-		pending[a] = count(pending, base, a) - 1
+// counts is a pending update of reference counts, in the order its keys
+// were first touched.
+type counts struct {
+	m     map[addrKey]int32
+	order []addrKey
+}
+
+func newCounts() counts { return counts{m: map[addrKey]int32{}} }
+
+// move adds d to the count of a, starting from the committed one.
+func (p *counts) move(base map[addrKey]int32, a netip.Addr, d int32) {
+	k := addrKeyOf(a)
+	n, ok := p.m[k]
+	if !ok {
+		n = base[k]
+		p.order = append(p.order, k)
 	}
-	for _, a := range cur {
-		pending[a] = count(pending, base, a) + 1
-	}
+	p.m[k] = n + d
 }
 
 // write appends the changes to t in an order the kernel accepts: new maps
@@ -192,13 +275,13 @@ func (c *changes) write(t *txn, l *layout) {
 	for _, sc := range c.sticky {
 		l.addSticky(t, sc.old, sc.cur)
 	}
-	c.counted(setHairpin, c.hairpin, c.base.hairpin, hairpinElement)
-	c.counted(setClusterIPs, c.clusterIP, c.base.clusterIP, addrElement)
+	c.counted(setHairpin, &c.hairpin, c.base.hairpin, true)
+	c.counted(setClusterIPs, &c.clusterIP, c.base.clusterIP, false)
 	for _, name := range sortedKeys(c.del) {
-		t.delElems(l.setNamed(name), c.del[name]...)
+		t.elems(c.del[name])
 	}
 	for _, name := range sortedKeys(c.add) {
-		t.addElems(l.setNamed(name), c.add[name]...)
+		t.elems(c.add[name])
 	}
 	for _, spec := range specs {
 		if c.base.chains[spec] > 0 && c.chains[spec] == 0 {
@@ -236,33 +319,33 @@ func sortedSpecs(m map[pickSpec]int) []pickSpec {
 }
 
 // counted adds to set the element of each address whose count rises from
-// zero, and deletes that of each whose count falls to zero.
-func (c *changes) counted(set string, pending, base map[netip.Addr]int, elem func(netip.Addr) element) {
-	for _, a := range sortedAddrs(pending) {
-		was, now := base[a], pending[a]
-		switch {
-		case was == 0 && now > 0:
-			c.add[set] = append(c.add[set], elem(a))
-		case was > 0 && now == 0:
-			c.del[set] = append(c.del[set], elem(a))
+// zero, and deletes that of each whose count falls to zero; pair makes the
+// element "address . address" (the hairpin set's).
+func (c *changes) counted(set string, pending *counts, base map[addrKey]int32, pair bool) {
+	for i := range pending.order {
+		k := &pending.order[i]
+		was, now := base[*k], pending.m[*k]
+		if (was == 0) == (now == 0) {
+			continue
 		}
+		var b [32]byte
+		e := element{key: append(b[:0], k.bytes(c.fam)...)}
+		if pair {
+			e.key = append(e.key, k.bytes(c.fam)...)
+		}
+		c.list(set, was > 0).add(&e)
 	}
 }
 
 // commit merges the changes into their base state.
 func (c *changes) commit() {
 	s := c.base
-	for k, v := range c.services {
-		if v == nil {
-			delete(s.services, k)
-		} else {
-			s.services[k] = v
-		}
-	}
+	s.services = merged(s.services, c.services, func(v *serviceState) bool { return v != nil })
 	mergeCounts(s.maps, c.maps)
 	mergeCounts(s.chains, c.chains)
-	mergeCounts(s.hairpin, c.hairpin)
-	mergeCounts(s.clusterIP, c.clusterIP)
+	positive := func(n int32) bool { return n > 0 }
+	s.hairpin = merged(s.hairpin, c.hairpin.m, positive)
+	s.clusterIP = merged(s.clusterIP, c.clusterIP.m, positive)
 	s.podCIDRs = c.podCIDRs
 	s.nodeAddrs = c.nodeAddrs
 	s.serviceCIDRs = c.serviceCIDRs
@@ -278,21 +361,29 @@ func mergeCounts[K comparable](dst, src map[K]int) {
 	}
 }
 
+// merged writes the pending values over the committed ones, deleting
+// those keep refuses, and returns the result: when nothing was committed
+// (a full sync), the pending map itself, which saves copying it.
+func merged[K comparable, V any](dst, pending map[K]V, keep func(V) bool) map[K]V {
+	if len(dst) == 0 {
+		dst = pending
+	}
+	for k, v := range pending {
+		if !keep(v) {
+			delete(dst, k)
+		} else {
+			dst[k] = v
+		}
+	}
+	return dst
+}
+
 func sortedKeys[K interface{ ~string | ~uint32 }, V any](m map[K]V) []K {
 	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	return keys
-}
-
-func sortedAddrs(m map[netip.Addr]int) []netip.Addr {
-	keys := make([]netip.Addr, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, netip.Addr.Compare)
 	return keys
 }
 

@@ -23,32 +23,32 @@ func describe(n int, set string, e element) string {
 	var s string
 	switch {
 	case set == setFirewallAllow:
-		s = fmt.Sprintf("%s . %s . %d . %s-%s", addrAt(e.Key, 0, n), protoText(e.Key[n]), binary.BigEndian.Uint16(e.Key[n+4:]),
-			addrAt(e.Key, ipKey, n), addrAt(e.KeyEnd, ipKey, n))
+		s = fmt.Sprintf("%s . %s . %d . %s-%s", addrAt(e.key, 0, n), protoText(e.key[n]), binary.BigEndian.Uint16(e.key[n+4:]),
+			addrAt(e.key, ipKey, n), addrAt(e.keyEnd, ipKey, n))
 	case isEndpointsMap(set):
-		k := len(e.Key) - 4
-		s = describe(n, "", element{Key: e.Key[:k]}) + fmt.Sprintf(" . %d", binaryutil.NativeEndian.Uint32(e.Key[k:]))
-	case len(e.Key) == ipKey:
-		s = fmt.Sprintf("%s . %s . %d", addrAt(e.Key, 0, n), protoText(e.Key[n]), binary.BigEndian.Uint16(e.Key[n+4:]))
+		k := len(e.key) - 4
+		s = describe(n, "", element{key: e.key[:k]}) + fmt.Sprintf(" . %d", binaryutil.NativeEndian.Uint32(e.key[k:]))
+	case len(e.key) == ipKey:
+		s = fmt.Sprintf("%s . %s . %d", addrAt(e.key, 0, n), protoText(e.key[n]), binary.BigEndian.Uint16(e.key[n+4:]))
 	case set == setHairpin:
-		s = fmt.Sprintf("%s . %s", addrAt(e.Key, 0, n), addrAt(e.Key, n, n))
-	case len(e.Key) == 8:
-		s = fmt.Sprintf("%s . %d", protoText(e.Key[0]), binary.BigEndian.Uint16(e.Key[4:]))
-	case e.IntervalEnd:
-		s = "interval end " + addrAt(e.Key, 0, n).String()
+		s = fmt.Sprintf("%s . %s", addrAt(e.key, 0, n), addrAt(e.key, n, n))
+	case len(e.key) == 8:
+		s = fmt.Sprintf("%s . %d", protoText(e.key[0]), binary.BigEndian.Uint16(e.key[4:]))
+	case e.intervalEnd:
+		s = "interval end " + addrAt(e.key, 0, n).String()
 	default:
-		s = addrAt(e.Key, 0, n).String()
+		s = addrAt(e.key, 0, n).String()
 	}
 	switch {
-	case e.VerdictData != nil:
-		s += " : goto " + e.VerdictData.Chain
-	case len(e.Val) == 4:
-		s += fmt.Sprintf(" : %d", binary.BigEndian.Uint32(e.Val))
-	case len(e.Val) == n+4:
-		s += fmt.Sprintf(" : %s . %d", addrAt(e.Val, 0, n), binary.BigEndian.Uint16(e.Val[n:]))
+	case e.verdict != "":
+		s += " : goto " + e.verdict
+	case len(e.val) == 4:
+		s += fmt.Sprintf(" : %d", binary.BigEndian.Uint32(e.val))
+	case len(e.val) == n+4:
+		s += fmt.Sprintf(" : %s . %d", addrAt(e.val, 0, n), binary.BigEndian.Uint16(e.val[n:]))
 	}
-	if e.Comment != "" {
-		s += fmt.Sprintf(" comment %q", e.Comment)
+	if e.comment != "" {
+		s += fmt.Sprintf(" comment %q", e.comment)
 	}
 	return s
 }

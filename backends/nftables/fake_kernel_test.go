@@ -40,7 +40,9 @@ func fakeProbes() []fakeProbe {
 		{kind: opAddSet, set: ranges}, {kind: opAddSet, set: allow}, {kind: opAddChain, chain: pick},
 		{kind: opAddChain, chain: other}, {kind: opAddChain, chain: base}}
 	with := func(more ...op) []op { return append(append([]op(nil), objects...), more...) }
-	elems := func(kind opKind, s *nftables.Set, e ...element) op { return op{kind: kind, set: s, elems: e} }
+	elems := func(kind opKind, s *nftables.Set, e ...element) op {
+		return op{kind: kind, set: s, elems: newElemList(l.table, s.Name, kind == opDelElems).addAll(e...)}
+	}
 	rule := func(c *nftables.Chain, exprs ...expr.Any) op {
 		return op{kind: opAddRule, chain: c, rule: &rule{text: "probe", exprs: exprs}}
 	}
@@ -67,7 +69,7 @@ func fakeProbes() []fakeProbe {
 		{"a rule jumping to a missing chain", objects, []op{rule(other, jumpTo("missing").exprs...)}, unix.ENOENT},
 		{"a rule jumping to a base chain", objects, []op{rule(other, jumpTo("hooked").exprs...)}, unix.EOPNOTSUPP},
 		{"an element going to a missing chain", objects, []op{elems(opAddElems, vmap, gotoElement(key, "missing"))}, unix.ENOENT},
-		{"a key of the wrong length", objects, []op{elems(opAddElems, set, element{Key: key})}, unix.EINVAL},
+		{"a key of the wrong length", objects, []op{elems(opAddElems, set, element{key: key})}, unix.EINVAL},
 		{"a set of another type under a name in use", objects, []op{{kind: opAddSet, set: l.set("addrs", nftables.TypeInetService)}}, unix.EEXIST},
 		{"a set again with the same type", objects, []op{{kind: opAddSet, set: l.set("addrs", nftables.TypeIPAddr)}}, nil},
 		{"overlapping ranges", with(elems(opAddElems, ranges, prefixElements([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})...)),

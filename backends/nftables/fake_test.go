@@ -70,6 +70,9 @@ func newFakeKernel() *fakeKernel { return &fakeKernel{tables: map[fakeTableID]*f
 
 func (k *fakeKernel) generation() (uint32, error) { return k.gen, nil }
 
+// batch returns nil: the fake takes the transactions' recorded ops.
+func (k *fakeKernel) batch() *batch { return nil }
+
 func (k *fakeKernel) routeLocalnet() error {
 	k.localnet = true
 	return nil
@@ -178,9 +181,9 @@ func (t *fakeTable) apply(o op) error {
 		}
 		return err
 	case opAddElems:
-		return t.addElems(o.set.Name, o.elems)
+		return t.addElems(o.set.Name, o.elems.elements())
 	case opDelElems:
-		return t.delElems(o.set.Name, o.elems)
+		return t.delElems(o.set.Name, o.elems.elements())
 	}
 	return fmt.Errorf("op kind %d: %w", o.kind, unix.EOPNOTSUPP)
 }
@@ -248,7 +251,7 @@ func (t *fakeTable) chainUser(chain string) string {
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.sets)) {
 		for _, e := range t.sets[name].elems {
-			if e.VerdictData != nil && e.VerdictData.Chain == chain {
+			if e.verdict == chain {
 				return "an element of " + name
 			}
 		}
@@ -387,8 +390,8 @@ func (t *fakeTable) delSet(name string) error {
 // elemID is an element's identity in its set: its key, its range end and
 // whether it ends an interval.
 func elemID(e element) string {
-	id := hex.EncodeToString(e.Key) + "-" + hex.EncodeToString(e.KeyEnd)
-	if e.IntervalEnd {
+	id := hex.EncodeToString(e.key) + "-" + hex.EncodeToString(e.keyEnd)
+	if e.intervalEnd {
 		id += "-end"
 	}
 	return id
@@ -397,13 +400,7 @@ func elemID(e element) string {
 // sameData reports whether two elements with one identity carry the same
 // data, which makes adding the second a no-op.
 func sameData(a, b element) bool {
-	if (a.VerdictData == nil) != (b.VerdictData == nil) {
-		return false
-	}
-	if a.VerdictData != nil && (a.VerdictData.Kind != b.VerdictData.Kind || a.VerdictData.Chain != b.VerdictData.Chain) {
-		return false
-	}
-	return bytes.Equal(a.Val, b.Val)
+	return a.verdict == b.verdict && bytes.Equal(a.val, b.val)
 }
 
 func (t *fakeTable) addElems(name string, elems []element) error {
@@ -430,18 +427,18 @@ func (t *fakeTable) addElems(name string, elems []element) error {
 func (t *fakeTable) checkElem(s *fakeSet, e element) error {
 	d := &s.def
 	switch {
-	case uint32(len(e.Key)) != d.KeyType.Bytes || (e.KeyEnd != nil && uint32(len(e.KeyEnd)) != d.KeyType.Bytes):
-		return fmt.Errorf("a key of %d bytes, not %d: %w", len(e.Key), d.KeyType.Bytes, unix.EINVAL)
-	case !d.Interval && (e.KeyEnd != nil || e.IntervalEnd):
+	case uint32(len(e.key)) != d.KeyType.Bytes || (e.keyEnd != nil && uint32(len(e.keyEnd)) != d.KeyType.Bytes):
+		return fmt.Errorf("a key of %d bytes, not %d: %w", len(e.key), d.KeyType.Bytes, unix.EINVAL)
+	case !d.Interval && (e.keyEnd != nil || e.intervalEnd):
 		return fmt.Errorf("a range in a set without intervals: %w", unix.EINVAL)
-	case !d.IsMap && (e.Val != nil || e.VerdictData != nil):
+	case !d.IsMap && (e.val != nil || e.verdict != ""):
 		return fmt.Errorf("data in a set: %w", unix.EINVAL)
-	case d.IsMap && d.DataType.Name == "verdict" && e.VerdictData == nil && !e.IntervalEnd:
+	case d.IsMap && d.DataType.Name == "verdict" && e.verdict == "" && !e.intervalEnd:
 		return fmt.Errorf("no verdict: %w", unix.EINVAL)
-	case d.IsMap && d.DataType.Name != "verdict" && uint32(len(e.Val)) != d.DataType.Bytes && !e.IntervalEnd:
-		return fmt.Errorf("data of %d bytes, not %d: %w", len(e.Val), d.DataType.Bytes, unix.EINVAL)
-	case e.VerdictData != nil && (e.VerdictData.Kind == expr.VerdictGoto || e.VerdictData.Kind == expr.VerdictJump):
-		return t.checkTarget(e.VerdictData.Chain)
+	case d.IsMap && d.DataType.Name != "verdict" && uint32(len(e.val)) != d.DataType.Bytes && !e.intervalEnd:
+		return fmt.Errorf("data of %d bytes, not %d: %w", len(e.val), d.DataType.Bytes, unix.EINVAL)
+	case e.verdict != "":
+		return t.checkTarget(e.verdict)
 	}
 	return nil
 }
@@ -473,12 +470,12 @@ func (s *fakeSet) checkIntervals(name string) error {
 	}
 	slices.SortFunc(elems, func(a, b element) int {
 		// At one address, the end of a range comes before the next's start.
-		return cmp.Or(bytes.Compare(a.Key, b.Key), -cmp.Compare(boolInt(a.IntervalEnd), boolInt(b.IntervalEnd)))
+		return cmp.Or(bytes.Compare(a.key, b.key), -cmp.Compare(boolInt(a.intervalEnd), boolInt(b.intervalEnd)))
 	})
 	open := false
 	for _, e := range elems {
-		if e.IntervalEnd != open {
-			return fmt.Errorf("overlapping ranges in %s at %x: %w", name, e.Key, unix.EEXIST)
+		if e.intervalEnd != open {
+			return fmt.Errorf("overlapping ranges in %s at %x: %w", name, e.key, unix.EEXIST)
 		}
 		open = !open
 	}
@@ -507,7 +504,7 @@ func concatOverlap(name string, sizes []int, elems []element) error {
 	for i, a := range elems {
 		for _, b := range elems[i+1:] {
 			if rangesMeet(sizes, a, b) {
-				return fmt.Errorf("overlapping ranges in %s: %x and %x: %w", name, a.Key, b.Key, unix.EEXIST)
+				return fmt.Errorf("overlapping ranges in %s: %x and %x: %w", name, a.key, b.key, unix.EEXIST)
 			}
 		}
 	}
@@ -516,15 +513,15 @@ func concatOverlap(name string, sizes []int, elems []element) error {
 
 func rangesMeet(sizes []int, a, b element) bool {
 	end := func(e element) []byte {
-		if e.KeyEnd != nil {
-			return e.KeyEnd
+		if e.keyEnd != nil {
+			return e.keyEnd
 		}
-		return e.Key
+		return e.key
 	}
 	off := 0
 	for _, n := range sizes {
 		field := func(k []byte) []byte { return k[off : off+n] }
-		if bytes.Compare(field(a.Key), field(end(b))) > 0 || bytes.Compare(field(b.Key), field(end(a))) > 0 {
+		if bytes.Compare(field(a.key), field(end(b))) > 0 || bytes.Compare(field(b.key), field(end(a))) > 0 {
 			return false
 		}
 		off += n
@@ -537,7 +534,7 @@ func rangesMeet(sizes []int, a, b element) bool {
 func fakeDescribe(f *family, set string, e element) (s string) {
 	defer func() {
 		if recover() != nil {
-			s = fmt.Sprintf("%x-%x", e.Key, e.KeyEnd)
+			s = fmt.Sprintf("%x-%x", e.key, e.keyEnd)
 		}
 	}()
 	return describe(int(f.addrLen), set, e)
@@ -589,9 +586,5 @@ func rawElem(raw bool, e element) string {
 	if !raw {
 		return ""
 	}
-	v := ""
-	if e.VerdictData != nil {
-		v = fmt.Sprintf("%d:%s", e.VerdictData.Kind, e.VerdictData.Chain)
-	}
-	return fmt.Sprintf(" # %x %x %t %x %s %q", e.Key, e.KeyEnd, e.IntervalEnd, e.Val, v, e.Comment)
+	return fmt.Sprintf(" # %x %x %t %x %s %q", e.key, e.keyEnd, e.intervalEnd, e.val, e.verdict, e.comment)
 }

@@ -547,7 +547,8 @@ var stickyPort = portName(plan.Key{Namespace: "default", Name: "web", Port: "htt
 func portNames(names ...string) map[string]string {
 	out := map[string]string{}
 	for _, n := range names {
-		out[hex.EncodeToString(portID(n))] = n
+		id := portID(n)
+		out[hex.EncodeToString(id[:])] = n
 	}
 	return out
 }

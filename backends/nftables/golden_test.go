@@ -87,7 +87,7 @@ func TestGoldenFullSync(t *testing.T) {
 	b := offlineBackend(Options{Common: backends.Common{ClusterCIDRs: goldenCIDRs[:1]}})
 	p := fullPlan()
 	p.ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:10:96::/112")}
-	tx, _ := b.fullTxn(p)
+	tx, _ := b.fullTxn(p, nil)
 	golden(t, "full.nft", tx.String())
 }
 
@@ -98,10 +98,10 @@ func TestGoldenRefill(t *testing.T) {
 	web := svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 0, ep("10.244.0.11", 8080, 1), ep("10.244.0.12", 8080, 1))
 	web.Affinity = &plan.Affinity{TimeoutSeconds: 60}
 	p := testPlan(web)
-	_, c := b.fullTxn(p)
+	_, c := b.fullTxn(p, nil)
 	c.commit()
 	b.state, b.synced = c.base, true
-	tx, _ := b.fullTxn(p)
+	tx, _ := b.fullTxn(p, nil)
 	golden(t, "full-refill.nft", tx.String())
 }
 
@@ -110,7 +110,7 @@ func TestGoldenPartialSync(t *testing.T) {
 	web := svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 0, ep("10.244.0.11", 8080, 1), ep("10.244.0.12", 8080, 1))
 	other := svc("default", "other", "http", plan.TCP, "10.96.0.11", 80, 0, ep("10.244.0.13", 8080, 1), ep("10.244.0.14", 8080, 1))
 	p := testPlan(web, other)
-	tx, c := b.fullTxn(p)
+	tx, c := b.fullTxn(p, nil)
 	c.commit()
 	b.state = c.base
 	_ = tx
@@ -119,7 +119,7 @@ func TestGoldenPartialSync(t *testing.T) {
 	web2 := web.Clone()
 	web2.Endpoints[1] = ep("10.244.0.15", 8080, 1)
 	p.Services[web.Key] = web2
-	tx, c = b.partialTxn(p, []plan.Key{web.Key})
+	tx, c = b.partialTxn(p, []plan.Key{web.Key}, nil)
 	golden(t, "partial-replace.nft", tx.String())
 	c.commit()
 
@@ -127,13 +127,13 @@ func TestGoldenPartialSync(t *testing.T) {
 	web3 := web2.Clone()
 	web3.Endpoints = web3.Endpoints[:1]
 	p.Services[web.Key] = web3
-	tx, c = b.partialTxn(p, []plan.Key{web.Key})
+	tx, c = b.partialTxn(p, []plan.Key{web.Key}, nil)
 	golden(t, "partial-scale-down.nft", tx.String())
 	c.commit()
 
 	// Delete the service: its pick chain goes with it.
 	delete(p.Services, web.Key)
-	tx, _ = b.partialTxn(p, []plan.Key{web.Key})
+	tx, _ = b.partialTxn(p, []plan.Key{web.Key}, nil)
 	golden(t, "partial-delete.nft", tx.String())
 }
 
@@ -168,7 +168,7 @@ func TestBucketsFollowWeights(t *testing.T) {
 // TestGoldenIPv6 renders the ip6 table of a dual-stack plan.
 func TestGoldenIPv6(t *testing.T) {
 	tb := newTables(Options{Common: backends.Common{ClusterCIDRs: goldenCIDRs}, Table: "weir"})[1]
-	tx, _ := tb.fullTxn(testPlan(dualStackSticky()))
+	tx, _ := tb.fullTxn(testPlan(dualStackSticky()), nil)
 	golden(t, "full-ipv6.nft", tx.String())
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 	"github.com/weirproxy/weir/internal/sysctl"
 	"golang.org/x/sys/unix"
@@ -21,6 +20,9 @@ const socketBuffer = 64 << 20
 type kernel interface {
 	// commit applies the transactions as one batch, all or nothing.
 	commit(txns []*txn) error
+	// batch returns a batch for a sync's transactions to be encoded into
+	// as they are built, or nil when the kernel takes recorded ones.
+	batch() *batch
 	// generation returns the ruleset generation, which every commit of
 	// anyone's increments.
 	generation() (uint32, error)
@@ -38,8 +40,14 @@ type netlinkKernel struct {
 	// table names the tables in error messages.
 	table string
 	log   *slog.Logger
-	// conn is nil after a failed commit, until the next one reopens it.
-	conn *nftables.Conn
+	// conn is nil after a failed commit, until the next one reopens it;
+	// sndbuf is the send buffer size last forced on it.
+	conn   *netlink.Conn
+	sndbuf int
+	// answers receives the kernel's answers to a commit; seq numbers
+	// the messages sent on conn, so that an answer names one message.
+	answers []byte
+	seq     uint32
 	// gen asks for the generation; nil until first needed or after an
 	// error.
 	gen *netlink.Conn
@@ -51,17 +59,18 @@ func newNetlinkKernel(opts Options) (*netlinkKernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &netlinkKernel{netNS: opts.NetNS, table: opts.Table, log: opts.Log, conn: conn}, nil
+	return &netlinkKernel{netNS: opts.NetNS, table: opts.Table, log: opts.Log, conn: conn, sndbuf: socketBuffer}, nil
 }
 
-// openConn opens a lasting netlink socket in the network namespace netNS (0:
-// the caller's own) with buffers large enough for 10k services.
-func openConn(netNS int) (*nftables.Conn, error) {
-	connOpts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(forceBuffers)}
-	if netNS != 0 {
-		connOpts = append(connOpts, nftables.WithNetNSFd(netNS))
+// openConn opens a netlink socket in the network namespace netNS (0: the
+// caller's own) with buffers large enough for 10k services.
+func openConn(netNS int) (*netlink.Conn, error) {
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: netNS})
+	if err == nil {
+		if err = forceBuffers(conn); err != nil {
+			_ = conn.Close() // the socket is of no use
+		}
 	}
-	conn, err := nftables.New(connOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: open netlink socket: %w", err)
 	}
@@ -69,25 +78,31 @@ func openConn(netNS int) (*nftables.Conn, error) {
 }
 
 // forceBuffers raises the netlink socket buffers past the system limits, as
-// the nft tool does, so that a 10k-service batch fits.
+// the nft tool does: a 10k-service batch fits, a larger one raises the
+// send buffer (fit).
 func forceBuffers(c *netlink.Conn) error {
+	return forceBuffer(c, unix.SO_SNDBUFFORCE, socketBuffer, unix.SO_RCVBUFFORCE, socketBuffer)
+}
+
+// forceBuffer sets each of the socket's buffer options (SO_*BUFFORCE) to
+// its size; the kernel allows twice that.
+func forceBuffer(c *netlink.Conn, optSizes ...int) error {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	err = raw.Control(func(fd uintptr) {
-		serr = errors.Join(
-			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuffer),
-			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, socketBuffer))
+		for i := 0; i+1 < len(optSizes); i += 2 {
+			serr = errors.Join(serr, unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, optSizes[i], optSizes[i+1]))
+		}
 	})
 	return errors.Join(err, serr)
 }
 
-// commit queues the transactions' ops on the socket and flushes them as
-// one netlink batch, which the kernel applies atomically. After a failure
-// the socket is dropped: it may still hold queued messages, a sticky error
-// or unread replies.
+// commit sends the transactions as one netlink batch, which the kernel
+// applies atomically. After a failure the socket is dropped: it may still
+// hold unread answers.
 func (k *netlinkKernel) commit(txns []*txn) error {
 	err := k.send(txns)
 	if err != nil {
@@ -102,17 +117,60 @@ func (k *netlinkKernel) send(txns []*txn) error {
 		if err != nil {
 			return err
 		}
-		k.conn = conn
+		k.conn, k.sndbuf = conn, socketBuffer
 	}
-	for _, t := range txns {
-		if err := t.apply(k.conn); err != nil {
-			return fmt.Errorf("nftables: build transaction: %w", err)
-		}
+	b := batchOf(txns)
+	switch {
+	case b.err != nil:
+		return fmt.Errorf("nftables: build transaction: %w", b.err)
+	case len(b.pieces) == 0:
+		return nil // no message: nothing would be answered
 	}
-	if err := k.conn.Flush(); err != nil {
+	if k.seq > 1<<31 {
+		k.seq = 0 // far from wrapping around within a batch
+	}
+	f := b.frame(k.seq + 1)
+	k.seq = f.last + 1
+	if err := k.fit(f.size); err != nil {
+		return err
+	}
+	if k.answers == nil {
+		k.answers = make([]byte, answerBuffer)
+	}
+	if err := sendBatch(k.conn, k.answers, b, f); err != nil {
 		return fmt.Errorf("nftables: commit transaction to tables ip/ip6 %s: %w", k.table, err)
 	}
 	return nil
+}
+
+// fit raises the send buffer to hold a batch of size bytes: it goes in
+// one sendmsg.
+func (k *netlinkKernel) fit(size int) error {
+	if size <= k.sndbuf {
+		return nil
+	}
+	if err := forceBuffer(k.conn, unix.SO_SNDBUFFORCE, size); err != nil {
+		return fmt.Errorf("nftables: size the netlink send buffer for %d bytes: %w", size, err)
+	}
+	k.sndbuf = size
+	return nil
+}
+
+// batchOf returns the batch the transactions were encoded into as they
+// were built, or one encoding the ops they recorded.
+func batchOf(txns []*txn) *batch {
+	for _, t := range txns {
+		if t.out != nil {
+			return t.out
+		}
+	}
+	b := &batch{}
+	for _, t := range txns {
+		for _, o := range t.ops {
+			b.op(t.table, o)
+		}
+	}
+	return b
 }
 
 // dropConn closes the commit socket after a failed commit. An error closing
@@ -122,7 +180,7 @@ func (k *netlinkKernel) dropConn() {
 	if k.conn == nil {
 		return
 	}
-	if err := k.conn.CloseLasting(); err != nil {
+	if err := k.conn.Close(); err != nil {
 		k.log.Warn("nftables: closing the netlink socket of a failed commit failed; the next commit opens a new one", "error", err)
 	}
 	k.conn = nil
@@ -147,6 +205,10 @@ func (k *netlinkKernel) generation() (uint32, error) {
 	return g, err
 }
 
+// batch returns a fresh batch: what goes to the kernel is encoded once,
+// while it is built.
+func (k *netlinkKernel) batch() *batch { return &batch{} }
+
 func (k *netlinkKernel) routeLocalnet() error {
 	return sysctl.Set(k.netNS, "net/ipv4/conf/all/route_localnet", "1")
 }
@@ -158,7 +220,7 @@ func (k *netlinkKernel) close() error {
 		k.gen = nil
 	}
 	if k.conn != nil {
-		err = errors.Join(err, k.conn.CloseLasting())
+		err = errors.Join(err, k.conn.Close())
 		k.conn = nil
 	}
 	return err

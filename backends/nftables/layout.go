@@ -58,6 +58,8 @@ type layout struct {
 	noNodePorts bool
 	// refill is set while base rewrites objects that may already exist.
 	refill bool
+	// templates encode the per-endpoint rules of sticky chains, by shape.
+	templates [3]*ruleTemplate
 }
 
 func (l *layout) chain(name string) *nftables.Chain {

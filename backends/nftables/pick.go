@@ -115,6 +115,11 @@ func parseEndpointsMap(name string) (mapID, bool) {
 	return mapID{}, false
 }
 
+// vmap returns the verdict map holding the lane's entries.
+func (l lane) vmap() string { return laneVmaps[l] }
+
+var laneVmaps = [...]string{setServiceIPs, setNodePorts, setShortIPs, setShortNodePorts}
+
 // portKeyed reports whether the lane's keys are "protocol . port".
 func (l lane) portKeyed() bool { return l == laneNodePort || l == laneShortNodePort }
 

@@ -356,7 +356,7 @@ func (s *sequence) quietAndRepair() {
 	s.k.change(func(k *fakeKernel) {
 		ip := k.tables[fakeTableID{famV4.table, "weir"}]
 		for _, id := range slices.Sorted(maps.Keys(ip.sets[setServiceIPs].elems))[:1] {
-			ip.sets[setNoEPIPs].elems[id] = element{Key: ip.sets[setServiceIPs].elems[id].Key}
+			ip.sets[setNoEPIPs].elems[id] = element{key: ip.sets[setServiceIPs].elems[id].key}
 			delete(ip.sets[setServiceIPs].elems, id)
 		}
 		ip.chains[chainMasquerade].rules = nil
@@ -427,7 +427,7 @@ func TestSequenceFakeRefusesStaleChanges(t *testing.T) {
 		t.Errorf("adding an element that exists with another verdict: %v, want EEXIST", err)
 	}
 	missing := &txn{table: tb.layout.table}
-	missing.delElems(tb.layout.setNamed(setNoEPIPs), element{Key: key})
+	missing.delElems(tb.layout.setNamed(setNoEPIPs), element{key: key})
 	if err := k.commit([]*txn{missing}); !errors.Is(err, unix.ENOENT) {
 		t.Errorf("deleting an element that is not there: %v, want ENOENT", err)
 	}

@@ -75,10 +75,17 @@ func newServiceState(svc *plan.Service, f *family) *serviceState {
 	if svc.Affinity != nil {
 		st.affinity = max(svc.Affinity.TimeoutSeconds, 1)
 	}
+	// Pools of the same endpoint set share their buckets.
 	st.internal = pool{buckets: buckets(f, svc.Endpoints, svc.InternalLocal)}
-	st.external = pool{buckets: buckets(f, svc.Endpoints, svc.ExternalLocal)}
-	if svc.ExternalLocal {
+	st.external = st.internal
+	if svc.ExternalLocal != svc.InternalLocal {
+		st.external = pool{buckets: buckets(f, svc.Endpoints, svc.ExternalLocal)}
+	}
+	switch {
+	case svc.ExternalLocal && svc.InternalLocal:
 		st.cluster = pool{buckets: buckets(f, svc.Endpoints, false)}
+	case svc.ExternalLocal:
+		st.cluster = st.internal
 	}
 	st.hasEndpoints = slices.ContainsFunc(svc.Endpoints, func(e plan.Endpoint) bool { return f.is(e.Address) })
 	return st
@@ -112,43 +119,48 @@ func (s *serviceState) pools() []pool {
 
 // buckets spreads the endpoints serving one traffic policy (the local set
 // or the cluster set) over buckets in proportion to their weights, reduced
-// by their greatest common divisor and capped at maxBuckets.
+// by their greatest common divisor and scaled down, each to at least one,
+// when their sum exceeds maxBuckets.
 func buckets(f *family, eps []plan.Endpoint, local bool) []netip.AddrPort {
-	var weights []uint64
-	var addrs []netip.AddrPort
-	for _, e := range eps {
-		if e.Weight == 0 || !f.is(e.Address) || (local && !e.ForLocal) || (!local && !e.ForCluster) {
-			continue
-		}
-		weights = append(weights, uint64(e.Weight))
-		addrs = append(addrs, e.AddrPort())
+	serves := func(e *plan.Endpoint) bool {
+		return e.Weight > 0 && f.is(e.Address) && ((local && e.ForLocal) || (!local && e.ForCluster))
 	}
-	weights = scaleWeights(weights)
-	var out []netip.AddrPort
-	for i, w := range weights {
-		for range w {
-			out = append(out, addrs[i])
+	var g, sum uint64
+	for i := range eps {
+		if serves(&eps[i]) {
+			g = gcd(g, uint64(eps[i].Weight))
+		}
+	}
+	for i := range eps {
+		if serves(&eps[i]) {
+			sum += uint64(eps[i].Weight) / g
+		}
+	}
+	n := func(e *plan.Endpoint) uint64 {
+		w := uint64(e.Weight) / g
+		if sum > maxBuckets {
+			w = max(1, w*maxBuckets/sum)
+		}
+		return w
+	}
+	total := 0
+	for i := range eps {
+		if serves(&eps[i]) {
+			total += int(n(&eps[i]))
+		}
+	}
+	if total == 0 {
+		return nil
+	}
+	out := make([]netip.AddrPort, 0, total)
+	for i := range eps {
+		if serves(&eps[i]) {
+			for range n(&eps[i]) {
+				out = append(out, eps[i].AddrPort())
+			}
 		}
 	}
 	return out
-}
-
-func scaleWeights(w []uint64) []uint64 {
-	var g, sum uint64
-	for _, x := range w {
-		g = gcd(g, x)
-	}
-	for i := range w {
-		w[i] /= g
-		sum += w[i]
-	}
-	if sum <= maxBuckets {
-		return w
-	}
-	for i := range w {
-		w[i] = max(1, w[i]*maxBuckets/sum)
-	}
-	return w
 }
 
 func gcd(a, b uint64) uint64 {
@@ -158,26 +170,18 @@ func gcd(a, b uint64) uint64 {
 	return a
 }
 
-// clusterIPs returns the state's cluster IPs of the family; none for nil.
-// Each one counts a reference to its element of the cluster-ips set.
-func (s *serviceState) clusterIPs() []netip.Addr {
-	if s == nil {
-		return nil
-	}
-	return s.ips
-}
-
-// hairpinAddrs returns the distinct endpoint addresses of the state.
-func (s *serviceState) hairpinAddrs() []netip.Addr {
-	var out []netip.Addr
+// eachHairpin calls fn with the endpoint addresses of the state's pools,
+// once per run of buckets at one address: a reference count moved from
+// one state to another with it stays zero exactly when no state has the
+// address.
+func (s *serviceState) eachHairpin(fn func(netip.Addr)) {
 	for _, p := range s.pools() {
-		for _, b := range p.buckets {
-			if !slices.Contains(out, b.Addr()) {
-				out = append(out, b.Addr())
+		for i, b := range p.buckets {
+			if i == 0 || p.buckets[i-1].Addr() != b.Addr() {
+				fn(b.Addr())
 			}
 		}
 	}
-	return out
 }
 
 // sameEntries reports whether both states route the same keys the same way.
@@ -193,140 +197,23 @@ func sameEntries(a, b *serviceState) bool {
 		a.cluster.weight() == b.cluster.weight()
 }
 
-// draw is what a goto element sends its key's packets to: a chain of kind
-// that draws an endpoint of pool.
-type draw struct {
-	kind pickKind
-	key  []byte
-	pool pool
+// same reports whether two states need the same elements, rules and
+// counts: the same entries and the same buckets.
+func same(a, b *serviceState) bool {
+	return sameEntries(a, b) && (a == nil || (a.key == b.key && slices.Equal(a.internal.buckets, b.internal.buckets) &&
+		slices.Equal(a.external.buckets, b.external.buckets) && slices.Equal(a.cluster.buckets, b.cluster.buckets)))
 }
 
-// entrySink receives one entry element; d is set for the goto elements.
-type entrySink func(set string, e element, d *draw)
-
-// chainFor returns the chain a draw's goto element names: the service's
-// own sticky chain with ClientIP affinity, the shared pick chain otherwise.
-func (s *serviceState) chainFor(kind pickKind, p pool) string {
-	if s.affinity > 0 {
-		return stickyChain(kind, s.key)
-	}
-	return pickSpec{kind: kind, weight: p.weight()}.chain()
-}
-
-// gotoDraw appends the goto element of key to set.
-func (s *serviceState) gotoDraw(add entrySink, set string, key []byte, p pool, kind pickKind) {
-	add(set, gotoElement(key, s.chainFor(kind, p)), &draw{kind: kind, key: key, pool: p})
-}
-
-// entryElements returns the elements that send the service's addresses to
-// their pick chains; an empty pool's addresses go to the drop sets when the
-// service has endpoints elsewhere, to the reject sets when it has none.
-func (s *serviceState) entryElements(add entrySink) {
-	ext, extPort := pickExternal, pickNodePort
-	if s.externalLocal {
-		ext, extPort = pickExternalLocal, pickNodePortLocal
-	}
-	for _, ip := range s.ips {
-		s.ipEntry(add, ipKey(ip, s.proto, s.port), s.internal, pickCluster)
-	}
-	for _, ip := range s.extIPs {
-		s.ipEntry(add, ipKey(ip, s.proto, s.port), s.external, ext)
-	}
-	for _, ip := range s.lbIPs {
-		add(setFirewallIPs, element{Key: ipKey(ip, s.proto, s.port)}, nil)
-		for _, r := range s.ranges {
-			add(setFirewallAllow, allowElement(ip, s.proto, s.port, r), nil)
-		}
-	}
-	s.shortCircuitEntries(add)
-	if s.nodePort == 0 {
-		return
-	}
-	key := portKey(s.proto, s.nodePort)
-	switch {
-	case s.external.weight() > 0:
-		s.gotoDraw(add, setNodePorts, key, s.external, extPort)
-	case s.hasEndpoints:
-		add(setDropNodePorts, element{Key: key}, nil)
-	default:
-		add(setNoEPNodePorts, element{Key: key}, nil)
-	}
-}
-
-// shortCircuitEntries sends node- and pod-originated traffic for a Local
-// policy service's external addresses to the cluster's endpoints, whatever
-// the internal policy, as kube-proxy does.
-func (s *serviceState) shortCircuitEntries(add entrySink) {
-	in := s.cluster
-	if !s.externalLocal || in.weight() == 0 {
-		return
-	}
-	for _, ip := range s.extIPs {
-		s.gotoDraw(add, setShortIPs, ipKey(ip, s.proto, s.port), in, pickShortIP)
-	}
-	if s.nodePort != 0 {
-		s.gotoDraw(add, setShortNodePorts, portKey(s.proto, s.nodePort), in, pickShortNP)
-	}
-}
-
-func (s *serviceState) ipEntry(add entrySink, key []byte, p pool, kind pickKind) {
-	// The refuse and drop sets treat cluster and external IPs alike; the
-	// comment tells them apart for ReadBack.
-	unserved := element{Key: key}
-	if kind != pickCluster {
-		unserved.Comment = externalComment
-	}
-	switch {
-	case p.weight() > 0:
-		s.gotoDraw(add, setServiceIPs, key, p, kind)
-	case s.hasEndpoints:
-		add(setDropIPs, unserved, nil)
-	default:
-		add(setNoEPIPs, unserved, nil)
-	}
-}
-
-// externalComment marks the element of an external or load-balancer IP in
-// the refuse and drop sets.
-const externalComment = "external"
-
-// draws returns the goto elements' draws, in entry order.
-func (s *serviceState) draws() []draw {
-	var out []draw
-	if s != nil {
-		s.entryElements(func(_ string, _ element, d *draw) {
-			if d != nil {
-				out = append(out, *d)
-			}
-		})
-	}
-	return out
-}
-
-// bucketElements returns the elements of the given buckets in the draw's
-// endpoints map.
-func (d draw) bucketElements(idx []int) []element {
-	out := make([]element, 0, len(idx))
-	for _, i := range idx {
-		out = append(out, bucketElement(d.key, uint32(i), d.pool.buckets[i]))
-	}
-	return out
-}
-
-func (p pool) allBuckets() []int {
-	idx := make([]int, len(p.buckets))
-	for i := range idx {
-		idx[i] = i
-	}
-	return idx
-}
+// changed reports whether bucket i differs between pools of the same
+// weight.
+func changed(old, cur pool, i int) bool { return old.buckets[i] != cur.buckets[i] }
 
 // changedBuckets returns the buckets whose endpoint differs between pools of
 // the same weight.
 func changedBuckets(old, cur pool) []int {
 	var idx []int
 	for i := range cur.buckets {
-		if old.buckets[i] != cur.buckets[i] {
+		if changed(old, cur, i) {
 			idx = append(idx, i)
 		}
 	}

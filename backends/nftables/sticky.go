@@ -50,10 +50,12 @@ func portName(key plan.Key) string {
 
 // portID is the service port's part of an affinity entry: a 64-bit hash of
 // its name, the same in every process, so entries outlive restarts.
-func portID(port string) []byte {
+func portID(port string) [8]byte {
 	h := fnv.New64a()
 	h.Write([]byte(port))
-	return binary.BigEndian.AppendUint64(nil, h.Sum64())
+	var id [8]byte
+	binary.BigEndian.PutUint64(id[:], h.Sum64())
+	return id
 }
 
 func isStickyChain(name string) bool { return strings.HasPrefix(name, "sticky-") }
@@ -106,7 +108,10 @@ func sameDraw(a, b draw) bool {
 }
 
 // addStickyChain appends a service port's chain for d with its rules;
-// with flush set the chain exists and is emptied first.
+// with flush set the chain exists and is emptied first. A transaction
+// encoded as it is built gets the per-endpoint rules from templates
+// (stickytmpl.go), which TestStreamedBatchIsTheRecordedOne holds to the
+// same bytes.
 func (l *layout) addStickyChain(t *txn, key plan.Key, d draw, timeout uint32, flush bool) {
 	c := l.chain(stickyChain(d.kind, key))
 	if flush {
@@ -114,31 +119,87 @@ func (l *layout) addStickyChain(t *txn, key plan.Key, d draw, timeout uint32, fl
 	} else {
 		t.add(op{kind: opAddChain, chain: c})
 	}
-	for _, r := range l.stickyRules(portName(key), d, timeout) {
+	port := portName(key)
+	if t.out == nil {
+		for _, r := range l.stickyRules(port, d, timeout) {
+			t.add(op{kind: opAddRule, chain: c, rule: r})
+		}
+		return
+	}
+	for _, r := range l.kindRules(d.kind) {
 		t.add(op{kind: opAddRule, chain: c, rule: r})
+	}
+	args := ruleArgs{portID: portID(port), timeout: timeout}
+	for _, st := range stickySteps(d) {
+		args.ep, args.mod, args.below = st.ep, st.mod, st.below
+		t.add(op{kind: opAddRule, chain: c, tmpl: l.template(st.shape), args: args})
 	}
 }
 
-// stickyRules returns a sticky chain's rules: the kind's, a rule per
-// endpoint for the clients it already serves, then a rule per endpoint
-// drawing it by weight (endpoint i among the rest with the probability of
-// its buckets among theirs; the last one takes what is left).
-func (l *layout) stickyRules(port string, d draw, timeout uint32) []*rule {
-	rules := l.kindRules(d.kind)
+// stickyShape is the shape of a sticky chain's per-endpoint rule.
+type stickyShape uint8
+
+const (
+	// stepRefresh sends a client with an entry for the endpoint back to
+	// it.
+	stepRefresh stickyShape = iota
+	// stepDraw draws the endpoint with numgen; stepTake, the last, takes
+	// it without a draw.
+	stepDraw
+	stepTake
+)
+
+// stickyStep is one per-endpoint rule of a sticky chain: its shape, its
+// endpoint and, for stepDraw, "numgen random mod mod < below".
+type stickyStep struct {
+	shape      stickyShape
+	ep         netip.AddrPort
+	mod, below uint32
+}
+
+// stickySteps returns the per-endpoint rules of d's sticky chain: a rule
+// per endpoint for the clients it already serves, then a rule per
+// endpoint drawing it by weight (endpoint i among the rest with the
+// probability of its buckets among theirs; the last one takes what is
+// left).
+func stickySteps(d draw) []stickyStep {
 	eps := d.pool.distinct()
+	steps := make([]stickyStep, 0, 2*len(eps))
 	for _, w := range eps {
-		rules = append(rules, l.stickyRule(l.affinityKey(port, w.ep).in(setAffinity), port, w.ep, timeout))
+		steps = append(steps, stickyStep{shape: stepRefresh, ep: w.ep})
 	}
 	rest := d.pool.weight()
 	for i, w := range eps {
-		var cond match
+		st := stickyStep{shape: stepTake, ep: w.ep}
 		if i < len(eps)-1 {
-			cond = numgenBelow(rest, w.n)
+			st = stickyStep{shape: stepDraw, ep: w.ep, mod: rest, below: w.n}
 		}
-		rules = append(rules, l.stickyRule(cond, port, w.ep, timeout))
+		steps = append(steps, st)
 		rest -= w.n
 	}
+	return steps
+}
+
+// stickyRules returns a sticky chain's rules: the kind's, then those of
+// stickySteps.
+func (l *layout) stickyRules(port string, d draw, timeout uint32) []*rule {
+	rules := l.kindRules(d.kind)
+	for _, st := range stickySteps(d) {
+		rules = append(rules, l.stepRule(port, st, timeout))
+	}
 	return rules
+}
+
+// stepRule returns the rule of one sticky step.
+func (l *layout) stepRule(port string, st stickyStep, timeout uint32) *rule {
+	var cond match
+	switch st.shape {
+	case stepRefresh:
+		cond = l.affinityKey(port, st.ep).in(setAffinity)
+	case stepDraw:
+		cond = numgenBelow(st.mod, st.below)
+	}
+	return l.stickyRule(cond, port, st.ep, timeout)
 }
 
 // affinityKey is the affinity entry of the packet's client for ep of the

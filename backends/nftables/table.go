@@ -63,10 +63,11 @@ func prefixesOf(f *family, in []netip.Prefix) []netip.Prefix {
 // the table and the affinity set, so ClientIP
 // affinity survives periodic full syncs. Every object the refill deletes or
 // needs is added first (adding an existing object changes nothing), so a
-// refill also recreates what another process deleted.
-func (tb *table) fullTxn(p *plan.Plan) (*txn, *changes) {
+// refill also recreates what another process deleted. With out set the
+// transaction is encoded into it as it is built (see txn).
+func (tb *table) fullTxn(p *plan.Plan, out *batch) (*txn, *changes) {
 	l := tb.layout
-	t := &txn{table: l.table}
+	t := &txn{table: l.table, out: out}
 	if !tb.synced {
 		// Adding first makes the delete valid when the table does not exist yet.
 		t.add(op{kind: opAddTable})
@@ -84,7 +85,8 @@ func (tb *table) fullTxn(p *plan.Plan) (*txn, *changes) {
 		}
 		tb.dropStickyChains(t)
 	}
-	c := newChanges(newState(), l.fam)
+	c := newChanges(newState(), l)
+	c.presize(p)
 	for _, k := range p.Keys() {
 		c.update(k, p.Services[k])
 	}
@@ -110,9 +112,9 @@ func sortedServices(m map[plan.Key]*serviceState) []plan.Key {
 }
 
 // partialTxn builds the transaction for the changed keys only.
-func (tb *table) partialTxn(p *plan.Plan, changed []plan.Key) (*txn, *changes) {
-	t := &txn{table: tb.layout.table}
-	c := newChanges(tb.state, tb.layout.fam)
+func (tb *table) partialTxn(p *plan.Plan, changed []plan.Key, out *batch) (*txn, *changes) {
+	t := &txn{table: tb.layout.table, out: out}
+	c := newChanges(tb.state, tb.layout)
 	seen := make(map[plan.Key]bool, len(changed))
 	for _, k := range changed {
 		if !seen[k] {

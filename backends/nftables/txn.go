@@ -8,14 +8,6 @@ import (
 	"github.com/google/nftables/expr"
 )
 
-// maxElemsPerMessage keeps each NEWSETELEM/DELSETELEM attribute well under the
-// 64 KiB netlink attribute limit: our largest element is ~60 bytes
-// once encoded.
-const maxElemsPerMessage = 700
-
-// element is one set or map element, in the form the netlink library sends.
-type element = nftables.SetElement
-
 // opKind says what an op does to the kernel.
 type opKind int
 
@@ -33,14 +25,19 @@ const (
 	opFlushChain
 )
 
-// op is one step of a transaction. Ops are collected first so the same list
-// can be rendered as text (golden files, logs) and sent to the kernel.
+// op is one step of a transaction: recorded, it can be rendered as text
+// (golden files) and given to the tests' kernel; the backend encodes it
+// into the batch it sends as soon as it is made (see txn).
 type op struct {
 	kind  opKind
 	chain *nftables.Chain
 	set   *nftables.Set
 	rule  *rule
-	elems []element
+	elems *elemList
+	// tmpl, when set, stands for the rule: its encoding filled with args
+	// (stickytmpl.go).
+	tmpl *ruleTemplate
+	args ruleArgs
 }
 
 // rule is a rule's expressions together with its nft-like text; ruleOf
@@ -50,36 +47,60 @@ type rule struct {
 	exprs []expr.Any
 }
 
-// txn collects the ops of one transaction.
+// txn collects the ops of one transaction. Built with a batch (out), it
+// keeps none: each op is encoded into the batch as it is added, which is
+// how the backend builds what it sends to the kernel. Without one it
+// records them, for the tests' in-memory kernel and text renderings.
 type txn struct {
 	table *nftables.Table
 	ops   []op
+	out   *batch
+	// n counts the ops added.
+	n int
 }
 
-func (t *txn) add(o op) { t.ops = append(t.ops, o) }
+func (t *txn) add(o op) {
+	t.n++
+	if t.out != nil {
+		t.out.op(t.table, o)
+		return
+	}
+	t.ops = append(t.ops, o)
+}
 
 // addRule appends the rule the matches make to chain c.
 func (t *txn) addRule(c *nftables.Chain, parts ...match) {
 	t.add(op{kind: opAddRule, chain: c, rule: ruleOf(parts...)})
 }
 
-func (t *txn) addElems(set *nftables.Set, elems ...element) {
-	if len(elems) > 0 {
-		t.add(op{kind: opAddElems, set: set, elems: elems})
+// elems appends the elements a list adds or deletes; nothing for none.
+func (t *txn) elems(l *elemList) {
+	if l != nil && l.n > 0 {
+		kind := opAddElems
+		if l.del {
+			kind = opDelElems
+		}
+		t.add(op{kind: kind, set: &nftables.Set{Table: t.table, Name: l.set}, elems: l})
 	}
 }
 
+// addElems appends elements added to set.
+func (t *txn) addElems(set *nftables.Set, elems ...element) {
+	t.elems(newElemList(t.table, set.Name, false).addAll(elems...))
+}
+
+// delElems appends elements deleted from set.
 func (t *txn) delElems(set *nftables.Set, elems ...element) {
-	if len(elems) > 0 {
-		t.add(op{kind: opDelElems, set: set, elems: elems})
-	}
+	t.elems(newElemList(t.table, set.Name, true).addAll(elems...))
 }
 
 // empty reports whether the transaction would change nothing.
-func (t *txn) empty() bool { return len(t.ops) == 0 }
+func (t *txn) empty() bool { return t.n == 0 }
 
-// String renders the transaction in a form close to `nft -f` input, one
-// element per line so golden-file diffs stay readable.
+// String renders the recorded transaction in a form close to `nft -f`
+// input, one element per line so golden-file diffs stay readable; the
+// elements are decoded from the bytes the kernel would be sent. A
+// transaction encoded as it was built records nothing to render.
 func (t *txn) String() string {
 	var b strings.Builder
 	kw := "ip"
@@ -112,7 +133,7 @@ func (t *txn) String() string {
 			if o.kind == opDelElems {
 				verb = "delete"
 			}
-			for _, e := range o.elems {
+			for _, e := range o.elems.elements() {
 				fmt.Fprintf(&b, "%s element %s %s { %s }\n", verb, tbl, o.set.Name, describe(addrLenOf(t.table), o.set.Name, e))
 			}
 		}
@@ -161,57 +182,4 @@ func setSpec(s *nftables.Set) string {
 		spec += "; flags dynamic,timeout"
 	}
 	return spec + ";"
-}
-
-// apply queues the transaction's ops on conn; the caller flushes them as one
-// netlink batch, which the kernel commits atomically.
-func (t *txn) apply(conn *nftables.Conn) error {
-	for _, o := range t.ops {
-		if err := applyOp(conn, t.table, o); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func applyOp(conn *nftables.Conn, table *nftables.Table, o op) error {
-	switch o.kind {
-	case opAddTable:
-		conn.AddTable(table)
-	case opDelTable:
-		conn.DelTable(table)
-	case opAddChain:
-		conn.AddChain(o.chain)
-	case opDelChain:
-		conn.DelChain(o.chain)
-	case opAddRule:
-		conn.AddRule(&nftables.Rule{Table: table, Chain: o.chain, Exprs: o.rule.exprs})
-	case opAddSet:
-		return conn.AddSet(o.set, nil)
-	case opDelSet:
-		conn.DelSet(o.set)
-	case opFlushSet:
-		conn.FlushSet(o.set)
-	case opFlushChain:
-		conn.FlushChain(o.chain)
-	case opAddElems, opDelElems:
-		return applyElems(conn, o)
-	}
-	return nil
-}
-
-func applyElems(conn *nftables.Conn, o op) error {
-	for start := 0; start < len(o.elems); start += maxElemsPerMessage {
-		elems := o.elems[start:min(start+maxElemsPerMessage, len(o.elems))]
-		var err error
-		if o.kind == opAddElems {
-			err = conn.SetAddElements(o.set, elems)
-		} else {
-			err = conn.SetDeleteElements(o.set, elems)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", o.set.Name, err)
-		}
-	}
-	return nil
 }
