@@ -43,6 +43,10 @@ type Chain struct {
 	lastGood map[plan.Key]*plan.Service // last chain output without failures
 	encs     [maxWorkers]abi.Encoder    // one per concurrent call
 	closed   bool
+
+	secondAfter time.Duration // secondWorkerAfter; tests change it
+	noRelay     bool          // encode every batch, for tests
+	encoded     atomic.Int64  // batches encoded, for tests
 }
 
 // slot is one configured plugin and its per-service cache. Its fields are
@@ -72,7 +76,7 @@ func New(ctx context.Context, plugins []Config, opts Options) (*Chain, error) {
 	if err := joined(Check(plugins)); err != nil {
 		return nil, err
 	}
-	c := &Chain{opts: opts, log: opts.Log, lastGood: map[plan.Key]*plan.Service{}}
+	c := &Chain{opts: opts, log: opts.Log, lastGood: map[plan.Key]*plan.Service{}, secondAfter: secondWorkerAfter}
 	for i, cfg := range plugins {
 		s, err := complete(cfg)
 		if err != nil {
@@ -162,10 +166,11 @@ func (c *Chain) Apply(ctx context.Context, node plan.Node, services []*plan.Serv
 		c.node = plan.Node{Name: node.Name, Zone: node.Zone}
 	}
 	r := &run{c: c, ctx: ctx, full: full, cur: out, done: make([]bool, len(out)), failed: make([]bool, len(out)),
-		cached: make([]int, len(c.slots))}
+		cached: make([]int, len(c.slots)), long: make([]bool, len(c.slots))}
 	for _, s := range c.slots {
 		r.slot(s)
 	}
+	c.renew(r)
 	good := 0
 	for i, svc := range services {
 		if svc != nil && !r.failed[i] {
@@ -215,6 +220,16 @@ func (c *Chain) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// renew has the plugins give back the memory their instances grew by in
+// a full Apply, or in a batch long enough for a second worker.
+func (c *Chain) renew(r *run) {
+	for i, s := range c.slots {
+		if s.p != nil && (r.full || r.long[i]) {
+			s.p.renew()
+		}
+	}
+}
+
 // flush empties the caches of the plugins from index from on.
 func (c *Chain) flush(from int) {
 	for _, s := range c.slots[from:] {
@@ -242,209 +257,4 @@ func (c *Chain) prune(services []*plan.Service) {
 			}
 		}
 	}
-}
-
-// run is the state of one Apply.
-type run struct {
-	c      *Chain
-	ctx    context.Context
-	full   bool
-	cur    []*plan.Service // each service's output so far
-	done   []bool          // failed under a closed policy: skips the rest of the chain
-	failed []bool          // some plugin failed on it: not a last good output
-	cached []int           // per plugin: cache entries this Apply used or made
-	errs   []error
-}
-
-// stale reports whether the chain may remember services that a full Apply
-// no longer has: it does when a cache holds more entries than this Apply
-// used, or lastGood more than the good outputs it stored.
-func (r *run) stale(good int) bool {
-	if len(r.c.lastGood) > good {
-		return true
-	}
-	for i, s := range r.c.slots {
-		if len(s.cache) > r.cached[i] {
-			return true
-		}
-	}
-	return false
-}
-
-// slot runs one plugin over the current services.
-func (r *run) slot(s *slot) {
-	var misses []int
-	matching := 0
-	for i, svc := range r.cur {
-		if svc == nil || r.done[i] || !s.Match.matches(svc) {
-			continue
-		}
-		matching++
-		if e, ok := s.cache[svc.Key]; ok && e.in == svc {
-			r.cur[i] = e.out
-			r.cached[s.index]++
-			continue
-		}
-		misses = append(misses, i)
-	}
-	switch {
-	case len(misses) == 0:
-	case r.c.closed:
-		r.fail(s, misses, errClosed)
-	case s.health.quarantined(r.c.opts.Now()):
-		r.fail(s, misses, s.health.err())
-	case s.p != nil:
-		chunks := chunk(r.cur, misses)
-		full := r.full && len(misses) == matching && len(chunks) == 1
-		for _, pt := range r.calls(s, chunks, full) {
-			r.settle(s, pt)
-		}
-	}
-}
-
-// maxCallEndpoints bounds the endpoints of one call (about 260 KiB of
-// batch), so that even a slow plugin (a few µs per endpoint under the
-// deadline checks) answers each call well within its timeout; a call's own
-// cost is about 0.1 ms.
-const maxCallEndpoints = 5000
-
-// chunk splits the services at idx into calls of at most maxCallEndpoints
-// endpoints (a service with more gets a call of its own).
-func chunk(services []*plan.Service, idx []int) [][]int {
-	var out [][]int
-	start, n := 0, 0
-	for j, i := range idx {
-		e := len(services[i].Endpoints) + 1
-		if n+e > maxCallEndpoints && j > start {
-			out = append(out, idx[start:j])
-			start, n = j, 0
-		}
-		n += e
-	}
-	if start < len(idx) {
-		out = append(out, idx[start:])
-	}
-	return out
-}
-
-// part is one call: the services it carried and what came back.
-type part struct {
-	idx     []int
-	in, out []*plan.Service
-	err     error
-	took    time.Duration
-}
-
-// maxWorkers bounds the calls one plugin runs at once (one instance each),
-// so a big sync uses two cores, not the whole node.
-const maxWorkers = 2
-
-// calls runs the plugin on every chunk, several at once, and returns one
-// part per call in chunk order (a chunk too big for the plugin's memory
-// takes several calls).
-func (r *run) calls(s *slot, chunks [][]int, full bool) []part {
-	parts := make([][]part, len(chunks))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := range min(len(chunks), maxWorkers, runtime.GOMAXPROCS(0)) {
-		enc := &r.c.encs[w]
-		wg.Go(func() {
-			for k := int(next.Add(1) - 1); k < len(chunks); k = int(next.Add(1) - 1) {
-				parts[k] = r.call(s, enc, chunks[k], full)
-			}
-		})
-	}
-	wg.Wait()
-	return slices.Concat(parts...)
-}
-
-// call encodes the services at idx and sends them, halving the batch while
-// it is larger than a quarter of the plugin's memory.
-func (r *run) call(s *slot, enc *abi.Encoder, idx []int, full bool) []part {
-	in := make([]*plan.Service, len(idx))
-	for j, i := range idx {
-		in[j] = r.cur[i]
-	}
-	batch := enc.Encode(r.c.node, in, full)
-	if uint64(len(batch)) > s.MemoryLimit/4 && len(idx) > 1 {
-		half := len(idx) / 2
-		return append(r.call(s, enc, idx[:half], false), r.call(s, enc, idx[half:], false)...)
-	}
-	start := time.Now()
-	out, err := s.p.run(r.ctx, batch, in)
-	return []part{{idx: idx, in: in, out: out, err: err, took: time.Since(start)}}
-}
-
-// settle adopts one call's outputs, or applies the failure policy and
-// counts the failure towards quarantine.
-func (r *run) settle(s *slot, pt part) {
-	obs := r.c.opts.Observer
-	if obs != nil {
-		obs.PluginCalled(s.Name, pt.took, pt.err)
-	}
-	if pt.err != nil {
-		r.c.log.Warn("Plugin failed", "plugin", s.Name, "services", len(pt.idx),
-			"failurePolicy", s.FailurePolicy, "error", pt.err)
-		if r.ctx.Err() == nil {
-			r.countFailure(s, pt.err)
-		}
-		r.fail(s, pt.idx, pt.err)
-		return
-	}
-	if s.health.succeeded() {
-		r.c.log.Info("Plugin recovered", "plugin", s.Name)
-		if obs != nil {
-			obs.PluginQuarantined(s.Name, false)
-		}
-	}
-	r.accept(s, pt.idx, pt.in, pt.out)
-}
-
-// countFailure counts a failed call towards the plugin's quarantine and logs
-// and reports the quarantine it starts, the first one or the next one
-// after a failed trial call.
-func (r *run) countFailure(s *slot, err error) {
-	again := s.health.backoff > 0
-	if !s.health.failed(r.c.opts.Now()) {
-		return
-	}
-	msg := "Quarantining plugin; its failure policy applies to its services until the backoff ends"
-	if again {
-		msg = "Quarantining plugin again: its trial call after the backoff failed"
-	}
-	r.c.log.Error(msg, "plugin", s.Name, "until", s.health.until, "backoff", s.health.backoff,
-		"failures", s.health.fails, "error", err)
-	if obs := r.c.opts.Observer; obs != nil {
-		obs.PluginQuarantined(s.Name, true)
-	}
-}
-
-// accept caches and adopts a plugin's outputs. An output equal to the
-// cached one keeps the cached pointer, so later plugins hit their caches.
-func (r *run) accept(s *slot, idx []int, in, out []*plan.Service) {
-	onChange := r.c.opts.OnChange
-	for j, i := range idx {
-		o := out[j]
-		if e, ok := s.cache[o.Key]; ok && e.out != o && e.out.Equal(o) {
-			o = e.out
-		}
-		s.cache[o.Key] = entry{in: in[j], out: o}
-		r.cached[s.index]++
-		if onChange != nil && in[j] != o && !in[j].Equal(o) {
-			onChange(s.Name, in[j], o)
-		}
-		r.cur[i] = o
-	}
-}
-
-// fail applies the plugin's failure policy to the services at idx.
-func (r *run) fail(s *slot, idx []int, err error) {
-	for _, i := range idx {
-		r.failed[i] = true
-		if s.FailurePolicy == PolicyClosed {
-			r.cur[i] = r.c.lastGood[r.cur[i].Key]
-			r.done[i] = true
-		}
-	}
-	r.errs = append(r.errs, &PluginError{Plugin: s.Name, Policy: s.FailurePolicy, Services: len(idx), Err: err})
 }

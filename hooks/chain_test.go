@@ -425,7 +425,7 @@ func TestChainSplit(t *testing.T) {
 	for i := range idx {
 		idx[i] = i
 	}
-	want := int64(len(chunk(in, idx)))
+	want := int64(len(split(in, idx)))
 	if calls, sent := stats(c, "reweight"); calls != want || want < 55000/maxCallEndpoints || sent != 5000 {
 		t.Errorf("%d calls carried %d services, want %d calls and every service once", calls, sent, want)
 	}
@@ -452,15 +452,15 @@ func TestChainSplitByMemory(t *testing.T) {
 	}
 }
 
-func TestChunk(t *testing.T) {
+func TestSplit(t *testing.T) {
 	half := maxCallEndpoints/2 - 1 // with its own count, a service of half-1 endpoints weighs half
 	services := []*plan.Service{
 		svc("a", "one", half), svc("a", "two", half), svc("a", "three", 1), svc("a", "huge", 2*maxCallEndpoints), svc("a", "four", 0),
 	}
-	got := chunk(services, []int{0, 1, 2, 3, 4})
+	got := split(services, []int{0, 1, 2, 3, 4})
 	want := [][]int{{0, 1}, {2}, {3}, {4}}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("chunk = %v, want %v", got, want)
+		t.Errorf("split = %v, want %v", got, want)
 	}
 }
 

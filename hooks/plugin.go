@@ -22,8 +22,10 @@ import (
 // maxIdle is how many idle instances a plugin keeps. With maxWorkers it
 // bounds a plugin's instances, and so its memory (docs/plugin-abi.md): an
 // instance is made only when none is idle, by one of at most maxWorkers
-// calls, so at most max(maxIdle, maxWorkers) exist at a time.
-const maxIdle = 2
+// calls, so at most max(maxIdle, maxWorkers) exist at a time. The second
+// worker, and with it a second instance, runs only while a long batch
+// lasts (see secondWorkerAfter); the pool then closes the extra instance.
+const maxIdle = 1
 
 // plugin is one loaded version of a plugin file: its compiled module (in
 // a runtime of its memory limit, shared with the plugins loaded from the
@@ -35,9 +37,14 @@ type plugin struct {
 	mod     *module
 	modules *modules // where mod goes back on close
 
-	mu     sync.Mutex
-	idle   []*instance
-	closed bool
+	mu       sync.Mutex
+	idle     []*instance
+	starting chan struct{} // while renew makes a fresh instance; closed when it is idle
+	closed   bool
+
+	bg     sync.WaitGroup     // renew's instantiations
+	bgCtx  context.Context    // theirs, canceled by close
+	bgStop context.CancelFunc //
 
 	calls    atomic.Int64 // weir_process calls, for tests
 	sent     atomic.Int64 // services sent, for tests
@@ -75,6 +82,7 @@ func load(ctx context.Context, s *settings, data []byte, sum string, ms *modules
 		return nil, fmt.Errorf("plugin %q: %s: %w", s.Name, s.Path, err)
 	}
 	p := &plugin{settings: s, sha: sum, log: log, modules: ms}
+	p.bgCtx, p.bgStop = context.WithCancel(context.Background())
 	if !compilerSupported() {
 		log.Warn("This CPU cannot run wazero's compiled code (amd64 without SSE4.1); the plugin runs in wazero's interpreter, several times slower",
 			"plugin", s.Name)
@@ -113,49 +121,68 @@ func (p *plugin) initTimeout() time.Duration {
 	return max(p.Timeout, time.Second)
 }
 
-// run sends one encoded batch holding the services in and returns the
-// services Weir will use. On any error the instance is discarded.
-func (p *plugin) run(ctx context.Context, batch []byte, in []*plan.Service) (out []*plan.Service, err error) {
-	inst, err := p.get(ctx)
-	if err != nil {
-		return nil, err
+// run sends one batch holding the services in to the instance at *inst,
+// taking one from the pool when it is nil, and returns the services Weir
+// will use. With next not nil it also returns the batch that relays them
+// to the next plugin, written over next (which may be batch itself; see
+// relay). On any error the instance is discarded and *inst set to nil.
+func (p *plugin) run(ctx context.Context, inst **instance, batch []byte, in []*plan.Service,
+	next []byte) (out []*plan.Service, relayed []byte, err error) {
+	if *inst == nil {
+		if *inst, err = p.get(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
 	p.calls.Add(1)
 	p.sent.Add(int64(len(in)))
-	defer func() {
-		if r := recover(); r != nil { // Decode must not panic; if it does, the plugin failed
-			out, err = nil, fmt.Errorf("host panic while decoding the output: %v", r)
+	err = (*inst).call(ctx, batch, 2*len(batch)+4096, func(output []byte) (err error) {
+		defer func() {
+			if r := recover(); r != nil { // Decode and relay must not panic; if they do, the plugin failed
+				err = fmt.Errorf("host panic while reading the output: %v", r)
+			}
+		}()
+		if out, err = abi.Decode(in, output); err != nil {
+			return fmt.Errorf("invalid output: %w", err)
 		}
-		if err != nil {
-			inst.close()
-		} else {
-			p.put(inst)
+		if next != nil {
+			relayed = relay(next, batch, output, in, out)
 		}
-	}()
-	output, err := inst.call(ctx, batch, 2*len(batch)+4096)
+		return nil
+	})
 	if err != nil {
-		return nil, err
+		(*inst).close()
+		*inst = nil
+		return nil, nil, err
 	}
-	if out, err = abi.Decode(in, output); err != nil {
-		return nil, fmt.Errorf("invalid output: %w", err)
-	}
-	return out, nil
+	return out, relayed, nil
 }
 
-// get takes an idle instance or makes a new one.
+// get takes an idle instance, waits for the one renew is making, or makes
+// a new one.
 func (p *plugin) get(ctx context.Context) (*instance, error) {
-	p.mu.Lock()
-	if p.closed {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, errClosed
+		}
+		if n := len(p.idle); n > 0 {
+			inst := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return inst, nil
+		}
+		starting := p.starting
 		p.mu.Unlock()
-		return nil, errClosed
+		if starting == nil {
+			break
+		}
+		select {
+		case <-starting:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	if n := len(p.idle); n > 0 {
-		inst := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		return inst, nil
-	}
-	p.mu.Unlock()
 	inst, err := p.newInstance(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("new instance: %w", err)
@@ -176,6 +203,51 @@ func (p *plugin) put(inst *instance) {
 	}
 }
 
+// renew gives back the memory a big batch made the plugin's idle instance
+// grow: when it holds more than regrowSlack beyond what it had after
+// starting, it is closed and a fresh one made in the background. A
+// WebAssembly memory never shrinks, whatever the plugin frees; a fresh
+// instance costs some 15 ms, which the next call waits for only when it
+// comes sooner.
+func (p *plugin) renew() {
+	p.mu.Lock()
+	if p.closed || p.starting != nil || len(p.idle) == 0 || !p.idle[0].grown() {
+		p.mu.Unlock()
+		return
+	}
+	old := p.idle
+	p.idle = nil
+	starting := make(chan struct{})
+	p.starting = starting
+	p.bg.Add(1)
+	p.mu.Unlock()
+	for _, inst := range old {
+		inst.close()
+	}
+	go func() {
+		defer p.bg.Done()
+		defer close(starting)
+		inst, err := p.newInstance(p.bgCtx)
+		p.mu.Lock()
+		p.starting = nil
+		if err == nil && !p.closed && len(p.idle) < maxIdle {
+			p.idle, inst = append(p.idle, inst), nil
+		}
+		p.mu.Unlock()
+		if inst != nil {
+			inst.close()
+		}
+		if err != nil && p.bgCtx.Err() == nil {
+			p.log.Warn("Could not start a fresh plugin instance; the next call makes one", "plugin", p.Name, "error", err)
+		}
+	}()
+}
+
+// settled waits until no fresh instance is being made, for tests.
+func (p *plugin) settled() {
+	p.bg.Wait()
+}
+
 // close releases the plugin's instances, module and runtime; it is idempotent.
 func (p *plugin) close() error {
 	p.mu.Lock()
@@ -185,6 +257,8 @@ func (p *plugin) close() error {
 	if already {
 		return nil
 	}
+	p.bgStop()
+	p.bg.Wait()
 	for _, inst := range idle {
 		inst.close()
 	}

@@ -2,8 +2,9 @@
 // ({"mode": "..."}) names, to show that Weir contains it. It misbehaves only
 // on batches holding a service annotated hostile.weir.dev/act: "true" and
 // returns the others unchanged, so a test can show that the next call
-// works. Mode "report" is well-behaved: it prints each batch's size and
-// Full flag.
+// works. Modes "report", "where" and "tell" are well-behaved and act on
+// every batch: they print each batch's size and Full flag, its address in
+// memory, or its node's name and its first endpoint's node name.
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"unsafe"
 
 	"github.com/weirproxy/weir/sdk/abi"
 	"github.com/weirproxy/weir/sdk/guest"
@@ -32,6 +34,10 @@ var modes = map[string]func(b *abi.Batch) error{
 	"fail":       fail,
 	"chatty":     chatty,
 	"report":     report,
+	"where":      where,
+	"tell":       tell,
+	"hog":        hog,
+	"scribble":   scribble,
 }
 
 var (
@@ -52,7 +58,7 @@ func configure(config []byte) error {
 	if err := guest.DecodeConfig(config, &c); err != nil {
 		return err
 	}
-	mode, reporting = modes[c.Mode], c.Mode == "report"
+	mode, reporting = modes[c.Mode], c.Mode == "report" || c.Mode == "where" || c.Mode == "tell"
 	if mode == nil {
 		return fmt.Errorf("unknown mode %q", c.Mode)
 	}
@@ -79,6 +85,55 @@ func acts(b *abi.Batch) bool {
 // report prints what the batch holds.
 func report(b *abi.Batch) error {
 	fmt.Printf("batch services=%d full=%v\n", b.Len(), b.Full())
+	return nil
+}
+
+// where prints where the batch is in memory and how long it is.
+func where(b *abi.Batch) error {
+	fmt.Printf("batch at=%d len=%d\n", uintptr(unsafe.Pointer(unsafe.SliceData(b.Bytes()))), len(b.Bytes()))
+	return nil
+}
+
+// tell prints the node's name and the first endpoint's node name.
+func tell(b *abi.Batch) error {
+	first := ""
+	for i := range b.Len() {
+		if s := b.Service(i); s.Len() > 0 {
+			first = s.Endpoint(0).NodeName()
+			break
+		}
+	}
+	fmt.Printf("node=%s first=%s\n", b.NodeName(), first)
+	return nil
+}
+
+// hog keeps 2 MiB more of its memory, written, on each batch, and
+// succeeds: its memory grows as a plugin's might over a big sync.
+func hog(*abi.Batch) error {
+	b := make([]byte, 2<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	sink = append(sink, b)
+	return nil
+}
+
+// scribble rewrites what Weir does not check: the node's name and every
+// endpoint's node name now point at the first service's name. It also
+// doubles every weight, which Weir reads back.
+func scribble(b *abi.Batch) error {
+	buf := b.Bytes()
+	name := record(b, 0) + 32
+	copy(buf[16:24], buf[name:name+8])
+	for i := range b.Len() {
+		rec := record(b, i)
+		eoff := rec + int(uint32(buf[rec+60])|uint32(buf[rec+61])<<8|uint32(buf[rec+62])<<16|uint32(buf[rec+63])<<24)
+		for j := range b.Service(i).Len() {
+			copy(buf[eoff+52*j+28:eoff+52*j+36], buf[name:name+8])
+			e := b.Service(i).Endpoint(j)
+			e.SetWeight(2 * e.Weight())
+		}
+	}
 	return nil
 }
 
