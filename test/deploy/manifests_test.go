@@ -53,8 +53,12 @@ func loadConfig(t *testing.T, path string) *config.Config {
 	environ := []string{"WEIR_CONFIG=" + path}
 	for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
 		v := e.Value
-		if e.ValueFrom != nil {
+		switch {
+		case e.ValueFrom == nil:
+		case e.ValueFrom.FieldRef != nil:
 			v = "node-a"
+		default:
+			continue // the Go runtime's settings, not Weir's
 		}
 		environ = append(environ, e.Name+"="+v)
 	}
@@ -153,5 +157,49 @@ func TestDaemonSet(t *testing.T) {
 	}
 	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/livez" {
 		t.Errorf("liveness probe %+v, want /livez", c.LivenessProbe)
+	}
+}
+
+// TestDaemonSetMemoryLimit checks that the container has a memory limit
+// and that the Go runtime's soft limit, GOMEMLIMIT, is that limit in bytes
+// (the downward API's limits.memory of the same container, which
+// GOMEMLIMIT reads as bytes), so the garbage collector keeps the heap
+// under it rather than at twice what is live.
+func TestDaemonSetMemoryLimit(t *testing.T) {
+	var ds appsv1.DaemonSet
+	decode(t, "daemonset.yaml", documents(t, "daemonset.yaml")[0], &ds)
+	c := ds.Spec.Template.Spec.Containers[0]
+	limit, ok := c.Resources.Limits[corev1.ResourceMemory]
+	if !ok {
+		t.Fatalf("container %s has no memory limit", c.Name)
+	}
+	if request := c.Resources.Requests[corev1.ResourceMemory]; request.Cmp(limit) > 0 {
+		t.Errorf("memory request %s is over the limit %s", request.String(), limit.String())
+	}
+	// Issue 17: 10k services × 10 endpoints peak near 300 MiB in the first
+	// sync (docs/operations.md); the default must hold them.
+	if limit.Value() < 384<<20 {
+		t.Errorf("memory limit %s holds less than 10k services", limit.String())
+	}
+	var found bool
+	for _, e := range c.Env {
+		if e.Name != "GOMEMLIMIT" {
+			continue
+		}
+		found = true
+		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil {
+			t.Fatalf("GOMEMLIMIT must come from the downward API: %+v", e)
+		}
+		ref := e.ValueFrom.ResourceFieldRef
+		if ref.Resource != "limits.memory" || (ref.ContainerName != "" && ref.ContainerName != c.Name) {
+			t.Errorf("GOMEMLIMIT comes from %s of container %q, want limits.memory of %s", ref.Resource, ref.ContainerName, c.Name)
+		}
+		// GOMEMLIMIT takes a plain number as bytes: the divisor must be 1.
+		if d := ref.Divisor; !d.IsZero() && d.Value() != 1 {
+			t.Errorf("GOMEMLIMIT's divisor is %s: the runtime would read the number as bytes", d.String())
+		}
+	}
+	if !found {
+		t.Errorf("container %s does not set GOMEMLIMIT", c.Name)
 	}
 }
