@@ -89,14 +89,15 @@ vm-tools:
 demo: build
 	$(GO) run ./hack/demo --weir $(BIN)/weir --manifests examples/demo
 
-## bench: scale benchmarks (1k and 10k services x 10 endpoints); figures go to docs/performance.md
+## bench: scale benchmarks (1k, 10k and 100k services x 10 endpoints, 5k x 50 and 1 x 5000; hack/bench gives each size and mode --cap to finish in); figures go to docs/performance.md
 bench: build plugins
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./backends/nftables/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 60m ./backends/nftables/
 	$(GO) test -run '^$$' -bench 'Load|Reload|Decode' -benchtime 10x ./core/source/files/
 	cd sdk && $(GO) test -run '^$$' -bench . -benchmem -benchtime 10x ./abi/
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./hooks/
 	$(GO) test -run '^$$' -bench 'Sync10k|Check10k' -benchmem -benchtime 3x -timeout 60m ./backends/iptables/
-	$(GO) run ./hack/bench --weir $(BIN)/weir --services 1000,10000 --plugins $(BIN)/plugins --iptables legacy,nft
+	$(GO) run ./hack/bench --weir $(BIN)/weir --services 1000,10000 --plugins $(BIN)/plugins --iptables legacy,nft --cap 15m
+	$(GO) run ./hack/bench --weir $(BIN)/weir --services 100000,5000x50,1x5000 --cap 10m
 	$(MAKE) bench-vm
 
 # The benchmarks bench-vm runs in the VM, one boot per backend back to back
