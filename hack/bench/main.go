@@ -116,7 +116,7 @@ func (r result) row(s shape, v variant, limit time.Duration) string {
 		if kib == 0 {
 			return capped
 		}
-		return fmt.Sprintf("%d MB", kib>>10)
+		return fmt.Sprintf("%d MiB", kib>>10)
 	}
 	sync, cpu := capped, capped
 	if r.once > 0 {
