@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -18,6 +19,7 @@ type Prefetched struct {
 	to      *target         // nil until Run
 	done    chan struct{}   // closed when the source's Run returned
 	err     error           // what it returned
+	ctx     context.Context // the source's
 }
 
 // target is the handler Run was given, and what records reach it through.
@@ -36,7 +38,7 @@ var (
 // Prefetch starts src at once, running until ctx ends, and returns it as a
 // Prefetched source.
 func Prefetch(ctx context.Context, src Source) *Prefetched {
-	p := &Prefetched{done: make(chan struct{})}
+	p := &Prefetched{done: make(chan struct{}), ctx: ctx}
 	go func() {
 		p.err = src.Run(ctx, p)
 		close(p.done)
@@ -46,7 +48,11 @@ func Prefetch(ctx context.Context, src Source) *Prefetched {
 
 // Run delivers to h, in order, every change the source delivered so far,
 // then each next one as it comes; it returns what the source's Run
-// returned, or nil when ctx ends first. It may be called once.
+// returned, or nil when ctx ends first. It may be called once. ctx should
+// end when Prefetch's context does (be derived from it): when the source
+// stopped because that context ended, Run returns once ctx has ended too,
+// so that its caller sees its own context done (a derived context ends a
+// moment after its parent).
 func (p *Prefetched) Run(ctx context.Context, h Handler) error {
 	to := &target{h: h, records: Records(h)}
 	p.mu.Lock()
@@ -57,9 +63,27 @@ func (p *Prefetched) Run(ctx context.Context, h Handler) error {
 	p.mu.Unlock()
 	select {
 	case <-p.done:
+		if p.err == nil && p.ctx.Err() != nil {
+			waitDone(ctx, stopGrace)
+		}
 		return p.err
 	case <-ctx.Done():
 		return nil
+	}
+}
+
+// stopGrace bounds how long Run waits for its context to end after the
+// source stopped because Prefetch's context ended: only a context not
+// derived from that one takes longer.
+const stopGrace = time.Second
+
+// waitDone returns when ctx ends or after d.
+func waitDone(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 

@@ -185,3 +185,36 @@ func TestPrefetchRecords(t *testing.T) {
 		t.Errorf("a plain handler got %q, want %q", p.r.got, want)
 	}
 }
+
+// untilDone is a source that delivers nothing and returns nil once its
+// context ends.
+type untilDone struct{}
+
+func (untilDone) Run(ctx context.Context, _ Handler) error {
+	<-ctx.Done()
+	return nil
+}
+
+// TestPrefetchRunEndsAfterItsContext shows that when the source stopped
+// because Prefetch's context ended, Run returns only once its own context
+// has ended too: a context derived from Prefetch's ends a moment after it,
+// and Run's caller must not take the stop for a source that quit early.
+func TestPrefetchRunEndsAfterItsContext(t *testing.T) {
+	parent, cancelParent := context.WithCancel(context.Background())
+	p := Prefetch(parent, untilDone{})
+	own, cancelOwn := context.WithCancel(context.Background())
+	defer cancelOwn()
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(own, &record{}) }()
+	cancelParent()
+	<-p.done // the source has stopped; Run must keep waiting
+	select {
+	case err := <-errc:
+		t.Fatalf("Run returned %v before its own context ended", err)
+	case <-time.After(100 * time.Millisecond): // a wrong Run returns within microseconds
+	}
+	cancelOwn()
+	if err := <-errc; err != nil {
+		t.Errorf("Run returned %v, want nil", err)
+	}
+}
