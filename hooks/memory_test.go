@@ -65,7 +65,9 @@ func TestPluginMemory(t *testing.T) {
 	bombs := []bomb{
 		{Limit: 64 << 20, Timeout: 10 * time.Second, want: "out of memory"},
 		{Limit: 64 << 20, Timeout: 10 * time.Second, Services: 2, want: "out of memory"},
-		{Limit: 1 << 30, Timeout: 10 * time.Second, want: "out of memory"},
+		// Filling 1 GiB takes 7–10 s under -race on a
+		// busy machine: the bound is what this one checks.
+		{Limit: 1 << 30, Timeout: 10 * time.Second, want: "out of memory|timed out after 10s"},
 		{Limit: 1 << 30, Timeout: 300 * time.Millisecond, want: "timed out after 300ms|out of memory"},
 		// At wasm32's maximum the bound matters, not which failure comes
 		// first: writing 4 GiB takes 2 s here, but more than the longest
