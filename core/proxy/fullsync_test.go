@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/weirproxy/weir/core/proxy"
 )
 
 // TestPeriodicFullSyncPlansNothingAgain: a full sync with nothing changed
@@ -44,5 +47,42 @@ func TestPeriodicFullSyncPlansNothingAgain(t *testing.T) {
 	}
 	if last := be.last(t); !last.full() || len(last.plan.Services) != n {
 		t.Errorf("the full sync handed the backend %d services (full %v), want all %d", len(last.plan.Services), last.full(), n)
+	}
+}
+
+// TestBigSyncReleasesMemory: a committed sync that changed a thousand
+// services or more gives the freed memory back (Options.ReleaseMemory, in
+// a goroutine); a sync of one change does not.
+func TestBigSyncReleasesMemory(t *testing.T) {
+	released := make(chan struct{}, 10)
+	be := newFakeBackend()
+	p := proxy.New(proxy.Options{NodeName: "n1", Backend: be, ReleaseMemory: func() { released <- struct{}{} }})
+	h := p.Handler()
+	const n = 1000
+	for i := range n {
+		name := fmt.Sprintf("svc-%d", i)
+		h.OnService(nil, service(name, fmt.Sprintf("10.96.%d.%d", i/250, i%250+1), svcPort("http", 80)))
+	}
+	h.OnSynced()
+	ctx := context.Background()
+	if err := p.Sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a sync of 1000 changed services released no memory")
+	}
+	h.OnService(nil, service("one-more", "10.97.0.1", svcPort("http", 80)))
+	if err := p.Sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sync(ctx, true); err != nil { // a quiet full sync changes nothing
+		t.Fatal(err)
+	}
+	select {
+	case <-released:
+		t.Error("a sync of one change, or a quiet full sync, released memory")
+	default:
 	}
 }

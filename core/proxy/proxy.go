@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -53,8 +54,20 @@ type Options struct {
 	// Now is the clock of the health and metrics timestamps; nil means
 	// time.Now.
 	Now func() time.Time
-	Log *slog.Logger
+	// ReleaseMemory is called, in a goroutine of its own, after a
+	// committed sync that changed at least releaseAfter services; nil
+	// means debug.FreeOSMemory.
+	ReleaseMemory func()
+	Log           *slog.Logger
 }
+
+// releaseAfter is the size of a sync, in changed services, after which
+// the proxy gives the memory it freed back to the kernel. A first sync of
+// 10k services leaves about 35 MiB of freed heap that the Go runtime would
+// otherwise keep (and return only slowly), and each later sync changes a
+// few services; a forced collection of a heap of some 60 MiB costs a few
+// tens of milliseconds of CPU, off the sync path.
+const releaseAfter = 1000
 
 // Metrics records the proxy's syncs and changes; *metrics.Metrics is one.
 // A family is backends.IPv4 or backends.IPv6.
@@ -162,6 +175,9 @@ func New(opts Options) *Proxy {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.ReleaseMemory == nil {
+		opts.ReleaseMemory = debug.FreeOSMemory
 	}
 	p := &Proxy{
 		opts:      opts,
@@ -335,6 +351,9 @@ func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) erro
 		attrs = append(attrs, "hooks", hooksTook.Round(time.Microsecond))
 	}
 	p.log.Info("Synced rules", attrs...)
+	if len(out.changed) >= releaseAfter {
+		go p.opts.ReleaseMemory()
+	}
 	return nil
 }
 
