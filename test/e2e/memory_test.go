@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +28,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/weirproxy/weir/internal/syncbuf"
 	"github.com/weirproxy/weir/test/e2e/controlplane"
 	"github.com/weirproxy/weir/test/netns"
 	"github.com/weirproxy/weir/test/scale"
@@ -138,9 +136,9 @@ func memoryMeasure(t *testing.T, cp *controlplane.ControlPlane, bin, name string
 	args := weirArgs(t, cp, memoryNode, "--profiling")
 	var r memoryResult
 	start := time.Now()
-	d := memoryStart(t, topo.Node, name, bin, args...)
+	d := runWeirBinary(t, topo.Node, name, bin, false, args...)
 	var found []string
-	memoryPoll(t, 5*time.Minute, "weir on "+name+" to sync", func() bool {
+	poll(t, 5*time.Minute, "weir on "+name+" to sync", func() bool {
 		d.mustRun(t)
 		found = memorySyncedLine.FindStringSubmatch(d.out.String())
 		return found != nil
@@ -165,36 +163,6 @@ func memoryMeasure(t *testing.T, cp *controlplane.ControlPlane, bin, name string
 	return r
 }
 
-// memoryStart runs `weir` binary bin with args in node as runWeir does
-// (without WEIR_* variables, killed when the test ends), and returns
-// with the process started.
-func memoryStart(t *testing.T, node *netns.Namespace, name, bin string, args ...string) *weirDaemon {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	d := &weirDaemon{name: name, out: &syncbuf.Buffer{}, done: make(chan struct{})}
-	cmd := node.Command(ctx, bin, args...)
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "WEIR_") })
-	cmd.Stdout, cmd.Stderr = d.out, d.out
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatalf("start weir run on %s: %v", name, err)
-	}
-	d.process = cmd.Process
-	go func() {
-		d.err = cmd.Wait()
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-d.done
-		if t.Failed() {
-			t.Logf("weir run on %s:\n%s", name, d.out)
-		}
-	})
-	return d
-}
-
 // memoryRun runs bin with args in node and returns its output; it fails
 // the test unless bin succeeds.
 func memoryRun(t *testing.T, node *netns.Namespace, bin string, args ...string) string {
@@ -206,18 +174,6 @@ func memoryRun(t *testing.T, node *netns.Namespace, bin string, args ...string) 
 		t.Fatalf("weir %s: %v\n%s", args[0], err, out)
 	}
 	return string(out)
-}
-
-// poll10 is poll at 10 ms.
-func memoryPoll(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // memoryStatus reads a field of /proc/pid/status, in bytes.

@@ -110,7 +110,13 @@ func weirKubeconfig(t *testing.T, cp *controlplane.ControlPlane, nodeName string
 // source. It is killed when the test ends, on every path.
 func runWeir(t *testing.T, node *netns.Namespace, name string, args ...string) *weirDaemon {
 	t.Helper()
-	bin := weirBinary(t)
+	return runWeirBinary(t, node, name, weirBinary(t), testing.Verbose(), args...)
+}
+
+// runWeirBinary runs the weir binary bin as runWeir does; its output is
+// logged at the end of the test when the test failed, or with verbose.
+func runWeirBinary(t *testing.T, node *netns.Namespace, name, bin string, verbose bool, args ...string) *weirDaemon {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &weirDaemon{name: name, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd := node.Command(ctx, bin, args...)
@@ -129,7 +135,7 @@ func runWeir(t *testing.T, node *netns.Namespace, name string, args ...string) *
 	t.Cleanup(func() {
 		cancel()
 		<-d.done
-		if t.Failed() || testing.Verbose() {
+		if t.Failed() || verbose {
 			t.Logf("weir run on %s:\n%s", name, d.out)
 		}
 	})
