@@ -50,7 +50,7 @@ func loadServices(size Size) ([]*corev1.Service, error) {
 		if err != nil {
 			return nil, err
 		}
-		left -= fitNodePorts(svc, left)
+		left -= FitNodePorts(svc, left)
 		out[i] = svc
 	}
 	return out, nil
@@ -72,9 +72,9 @@ func scaleService(i int) (*corev1.Service, error) {
 	return svc, nil
 }
 
-// fitNodePorts downgrades svc until the node ports it needs fit in left,
+// FitNodePorts downgrades svc until the node ports it needs fit in left,
 // and returns how many it needs.
-func fitNodePorts(svc *corev1.Service, left int) int {
+func FitNodePorts(svc *corev1.Service, left int) int {
 	need := nodePortsNeeded(svc)
 	if need <= left {
 		return need

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/weirproxy/weir/test/compare"
 	"github.com/weirproxy/weir/test/e2e/controlplane"
 	"github.com/weirproxy/weir/test/netns"
 	"github.com/weirproxy/weir/test/scale"
@@ -310,7 +311,7 @@ func memoryLoad(ctx context.Context, c kubernetes.Interface, n int) error {
 		if err != nil {
 			return err
 		}
-		left -= memoryFitNodePorts(svc, left)
+		left -= compare.FitNodePorts(svc, left)
 		services[i], sliceObjs[i] = svc, slice
 	}
 	var next atomic.Int64
@@ -355,37 +356,6 @@ func memoryObjects(i int) (*corev1.Service, *discoveryv1.EndpointSlice, error) {
 			Name: fmt.Sprintf("svc-%d-7d9f8b6c5-%05d", i, j), UID: types.UID(fmt.Sprintf("0e3c5f2a-%04x-4d6b-9a51-%012x", j, i))}
 	}
 	return svc, slice, nil
-}
-
-// memoryFitNodePorts downgrades svc until the node ports it needs fit in
-// left, and returns how many it needs (as test/compare does).
-func memoryFitNodePorts(svc *corev1.Service, left int) int {
-	need := func() int {
-		s := svc.Spec
-		n := 0
-		if s.Type == corev1.ServiceTypeNodePort ||
-			(s.Type == corev1.ServiceTypeLoadBalancer && (s.AllocateLoadBalancerNodePorts == nil || *s.AllocateLoadBalancerNodePorts)) {
-			n = len(s.Ports)
-		}
-		if s.Type == corev1.ServiceTypeLoadBalancer && s.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-			n++
-		}
-		return n
-	}
-	if need() <= left {
-		return need()
-	}
-	switch svc.Spec.Type {
-	case corev1.ServiceTypeNodePort:
-		svc.Spec.Type = corev1.ServiceTypeClusterIP
-	case corev1.ServiceTypeLoadBalancer:
-		off := false
-		svc.Spec.AllocateLoadBalancerNodePorts = &off
-		if need() > left {
-			svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
-		}
-	}
-	return need()
 }
 
 // memoryCreate creates svc (and its load-balancer status) and its slice.
