@@ -212,6 +212,7 @@ func TestKernelFailedRebuildKeepsRules(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "rebuilding the tables from scratch failed too") {
 		t.Fatalf("sync of a plan the kernel refuses: got %v, want the commit and the rebuild to fail", err)
 	}
+	nftLists(t, b) // what the failed sync left must list too
 	addr := netip.AddrPortFrom(vip, 80)
 	netns.WantPods(t, "after the failed sync", netns.DialMany(t, topo.Client, addr, 10), "pod-a")
 	if b.tables[0].synced || b.tables[1].synced {
