@@ -54,9 +54,9 @@ type Options struct {
 	// Now is the clock of the health and metrics timestamps; nil means
 	// time.Now.
 	Now func() time.Time
-	// ReleaseMemory is called, in a goroutine of its own, after a
-	// committed sync that changed at least releaseAfter services; nil
-	// means debug.FreeOSMemory.
+	// ReleaseMemory is called after a committed sync that changed at
+	// least releaseAfter services, and must not block the sync; nil
+	// starts debug.FreeOSMemory in a goroutine of its own.
 	ReleaseMemory func()
 	Log           *slog.Logger
 }
@@ -177,7 +177,7 @@ func New(opts Options) *Proxy {
 		opts.Now = time.Now
 	}
 	if opts.ReleaseMemory == nil {
-		opts.ReleaseMemory = debug.FreeOSMemory
+		opts.ReleaseMemory = func() { go debug.FreeOSMemory() }
 	}
 	p := &Proxy{
 		opts:      opts,
@@ -352,7 +352,7 @@ func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) erro
 	}
 	p.log.Info("Synced rules", attrs...)
 	if len(out.changed) >= releaseAfter {
-		go p.opts.ReleaseMemory()
+		p.opts.ReleaseMemory()
 	}
 	return nil
 }
