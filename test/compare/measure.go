@@ -280,16 +280,7 @@ func (r *runner) change(ctx context.Context, n *node) (time.Duration, error) {
 	if svc == nil {
 		return 0, errors.New("every probe service is busy") // none is measured between changes
 	}
-	defer r.probes.release(svc)
-	k, sent, err := r.probes.flip(ctx, svc)
-	if err != nil {
-		return 0, err
-	}
-	at, err := n.awaitAnswer(ctx, svc, k, sent)
-	if err != nil {
-		return 0, err
-	}
-	return at.Sub(sent), nil
+	return r.measureFlip(ctx, n, svc, func() {})
 }
 
 // pollGap is how often metrics are read while waiting.
