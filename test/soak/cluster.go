@@ -18,6 +18,7 @@ import (
 
 	"github.com/weirproxy/weir/test/e2e/controlplane"
 	"github.com/weirproxy/weir/test/netns"
+	"github.com/weirproxy/weir/test/programt"
 )
 
 // The cluster's names and ports.
@@ -49,13 +50,13 @@ type cluster struct {
 // Nodes, namespaces and pod namespaces, and forwards the API server into
 // the node; with the files source, only the pod namespaces. Everything is
 // undone by t's cleanups.
-func startCluster(ctx context.Context, t *harnessT, cfg *Config) (*cluster, error) {
+func startCluster(ctx context.Context, t *programt.T, cfg *Config) (*cluster, error) {
 	c := &cluster{}
 	if cfg.Source == "files" {
 		return c, c.startTopology(t, cfg.Pods)
 	}
 	var err error
-	if err = catch(func() { c.cp = controlplane.Start(t) }); err != nil {
+	if err = programt.Catch(func() { c.cp = controlplane.Start(t) }); err != nil {
 		return nil, err
 	}
 	rc := rest.CopyConfig(c.cp.Config)
@@ -67,7 +68,7 @@ func startCluster(ctx context.Context, t *harnessT, cfg *Config) (*cluster, erro
 	if err := applyRBAC(ctx, c.client, cfg.Repo); err != nil {
 		return nil, err
 	}
-	if err := catch(func() {
+	if err := programt.Catch(func() {
 		c.kubeconfig = c.cp.KubeconfigForServiceAccount(t, "kube-system", "weir")
 	}); err != nil {
 		return nil, err
@@ -102,7 +103,7 @@ func startCluster(ctx context.Context, t *harnessT, cfg *Config) (*cluster, erro
 
 // startTopology builds the node, client and pod namespaces; every pod is
 // dual-stack and the first two also echo on echoPort.
-func (c *cluster) startTopology(t *harnessT, pods int) error {
+func (c *cluster) startTopology(t *programt.T, pods int) error {
 	var err error
 	if c.topo, err = netns.New(netns.Options{}); err != nil {
 		return fmt.Errorf("netns topology: %w", err)

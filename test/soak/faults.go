@@ -14,6 +14,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/weirproxy/weir/test/programt"
 )
 
 // windows records when faults were in effect, so that probe failures and
@@ -186,7 +188,7 @@ func termAndRestart(ctx context.Context, s *run) (injected, error) {
 
 func restartAPIServer(ctx context.Context, s *run) (injected, error) {
 	begin := time.Now()
-	if err := catch(func() { s.c.cp.RestartAPIServer(s.t) }); err != nil {
+	if err := programt.Catch(func() { s.c.cp.RestartAPIServer(s.t) }); err != nil {
 		return injected{}, err
 	}
 	return injected{at: time.Now(), note: fmt.Sprintf("down and back in %v", time.Since(begin).Round(time.Millisecond))}, nil

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/weirproxy/weir/test/programt"
 )
 
 // Config is one soak run.
@@ -129,7 +131,7 @@ func (c *Config) check() error {
 // run is one soak in progress.
 type run struct {
 	cfg       *Config
-	t         *harnessT
+	t         *programt.T
 	c         *cluster
 	churn     *churner
 	faultRNG  *rand.Rand
@@ -168,8 +170,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	s.rep = newReport(&cfg)
 	s.logf("soak: mode %s, source %s, seed %d, %v, %d services, %d pods, churn %.1f/s, syncPeriod %v (folder %s)",
 		cfg.Mode, cfg.Source, cfg.Seed, cfg.Duration, cfg.Services, cfg.Pods, cfg.Rate, cfg.SyncPeriod, cfg.Dir)
-	s.t = newHarnessT(cfg.Dir, s.logf)
-	defer s.t.close()
+	s.t = programt.New("soak", cfg.Dir, s.logf)
+	defer s.t.Close()
 	err := s.setup(ctx)
 	if err == nil {
 		err = s.soak(ctx)
