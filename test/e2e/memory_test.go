@@ -46,6 +46,11 @@ const (
 	memoryBaselineEnv = "WEIRTEST_MEMORY_BASELINE"
 	// memoryOutEnv names a directory for each run's heap profile.
 	memoryOutEnv = "WEIRTEST_MEMORY_OUT"
+	// memoryTraceEnv, set to 1 with WEIRTEST_MEMORY_OUT, adds a last start
+	// of weir, not measured, whose first seconds are saved as a Go
+	// execution trace and a CPU profile: where the time to the first sync
+	// goes.
+	memoryTraceEnv = "WEIRTEST_MEMORY_TRACE"
 )
 
 // memoryNamespace holds the load; memoryNode is the Node Weir runs as.
@@ -110,6 +115,43 @@ func TestMemoryKubernetesSource(t *testing.T) {
 			t.Errorf("%s: peak RSS %d MiB is over the DaemonSet's memory limit %d MiB", b, m.peak>>20, limit>>20)
 		}
 	}
+	if dir := os.Getenv(memoryOutEnv); dir != "" && os.Getenv(memoryTraceEnv) == "1" {
+		memoryTraceStart(t, cp, bin, dir, n)
+	}
+}
+
+// memoryTraceStart starts bin once more and saves a Go execution trace
+// and a CPU profile of its first five seconds (from the moment its
+// metrics server answers, a few milliseconds after the process starts) to
+// dir, with the daemon's log beside them.
+func memoryTraceStart(t *testing.T, cp *controlplane.ControlPlane, bin, dir string, n int) {
+	t.Helper()
+	topo := netns.NewT(t, netns.Options{})
+	forwardAPIServer(t, cp, topo.Node)
+	d := runWeirBinary(t, topo.Node, "traced", bin, false, weirArgs(t, cp, memoryNode, "--profiling")...)
+	metrics := "http://" + d.serving(t, "metricsBindAddress")
+	c := topo.Node.HTTPClient(30 * time.Second)
+	kinds := []string{"trace", "profile"}
+	errs := make([]error, len(kinds))
+	var wg sync.WaitGroup
+	for i, what := range kinds {
+		wg.Go(func() {
+			errs[i] = memorySave(c, metrics+"/debug/pprof/"+what+"?seconds=5", filepath.Join(dir, fmt.Sprintf("start-%s-%d.out", what, n)))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, time.Minute, "the traced weir to sync", func() bool {
+		d.mustRun(t)
+		return memorySyncedLine.MatchString(d.out.String())
+	})
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("start-log-%d.txt", n)), []byte(d.out.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.stop(t)
+	t.Logf("trace, CPU profile and log of a start saved in %s", dir)
 }
 
 func memoryVerdict(ok bool) string {
@@ -205,14 +247,9 @@ func memoryStatus(t *testing.T, pid int, field string) int64 {
 // memoryFetch gets url and saves the body to path, unless path is empty.
 func memoryFetch(t *testing.T, c *http.Client, url, path string) []byte {
 	t.Helper()
-	res, err := c.Get(url)
+	body, err := memoryGet(c, url)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %v", url, res.StatusCode, err)
 	}
 	if path != "" {
 		if err := os.WriteFile(path, body, 0o644); err != nil {
@@ -220,6 +257,29 @@ func memoryFetch(t *testing.T, c *http.Client, url, path string) []byte {
 		}
 	}
 	return body
+}
+
+// memorySave gets url and saves the body to path.
+func memorySave(c *http.Client, url, path string) error {
+	body, err := memoryGet(c, url)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
+}
+
+// memoryGet returns the body of a successful GET of url.
+func memoryGet(c *http.Client, url string) ([]byte, error) {
+	res, err := c.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %d %v", url, res.StatusCode, err)
+	}
+	return body, nil
 }
 
 // memoryMetric reads one unlabelled metric from a /metrics page.
