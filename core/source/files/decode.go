@@ -93,8 +93,8 @@ type fileDecoder struct {
 	failures int
 }
 
-// decodeFile decodes every document in data into records made by compact;
-// failures counts the documents that could not be used, so the caller can
+// decodeFile decodes every document in data into records made by compact,
+// or into the decoded objects themselves when compact is nil; failures counts the documents that could not be used, so the caller can
 // keep earlier definitions.
 func decodeFile(log *slog.Logger, compact *source.Compactor, path string, data []byte) (objs objects, failures int) {
 	d := &fileDecoder{log: log, compact: compact, path: path, objs: objects{}}
@@ -234,8 +234,8 @@ func (d *fileDecoder) where(doc, item int, extra ...any) []any {
 }
 
 // decodeObject decodes a supported kind into a fresh object with defaults
-// applied, and returns its record made by compact; it returns a nil object
-// for kinds the source ignores.
+// applied, and returns its record made by compact (the object itself when
+// compact is nil); it returns a nil object for kinds the source ignores.
 func decodeObject(compact *source.Compactor, h header, js []byte) (object, key, error) {
 	var obj kubeObject
 	var k kind
@@ -256,6 +256,9 @@ func decodeObject(compact *source.Compactor, h header, js []byte) (object, key, 
 		return nil, key{}, errors.New("metadata.name is required")
 	}
 	normalize(k, obj)
+	if compact == nil {
+		return obj, key{kind: k, namespace: obj.GetNamespace(), name: obj.GetName()}, nil
+	}
 	rec, err := compact.Transform(obj)
 	if err != nil {
 		return nil, key{}, err

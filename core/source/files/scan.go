@@ -107,7 +107,11 @@ func isAtomicWriterName(name string) bool {
 
 // watch adds an fsnotify watch on dir. Adding a path that is already watched
 // re-resolves it, which picks up a symbolic link that now points elsewhere.
+// A tree without a watcher (a one-time read) watches nothing.
 func (t *tree) watch(dir string) {
+	if t.watcher == nil {
+		return
+	}
 	if err := t.watcher.add(dir); err != nil {
 		t.log.Warn("Cannot watch manifest directory", "dir", dir, "error", err)
 		return
