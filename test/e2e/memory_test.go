@@ -286,8 +286,11 @@ func memoryGet(c *http.Client, url string) ([]byte, error) {
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
-	if err != nil || res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %d %v", url, res.StatusCode, err)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, res.Status)
 	}
 	return body, nil
 }
