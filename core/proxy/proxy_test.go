@@ -527,6 +527,12 @@ func TestInvalidInputIsSkipped(t *testing.T) {
 	if want := []plan.Key{key("good", "http")}; !sameKeys(call.plan.Keys(), want) {
 		t.Errorf("backend got services %v, want %v", call.plan.Keys(), want)
 	}
+	if got := p.Problems("default/bad"); len(got) != 1 || !strings.Contains(got[0], "spec.clusterIP") {
+		t.Errorf("Problems(default/bad) = %q, want the clusterIP problem (weir diagnose reports it)", got)
+	}
+	if got := p.Problems("default/good"); len(got) != 0 {
+		t.Errorf("Problems(default/good) = %q, want none", got)
+	}
 
 	// The good service keeps syncing; the bad one is not re-reported
 	// while nothing touches it.

@@ -18,3 +18,21 @@ func (p *Proxy) reportBackend() {
 		}
 	}
 }
+
+// Problems returns what the planner left out of the Service
+// namespace/name as bad input in the latest sync, and the destinations
+// its ports lost to other services claiming them, one sentence each.
+func (p *Proxy) Problems(name string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, pr := range p.problems[name] {
+		out = append(out, pr.String())
+	}
+	for _, k := range p.byService[name] {
+		for _, pr := range p.conflicts[k] {
+			out = append(out, k.String()+": "+pr.String())
+		}
+	}
+	return out
+}
