@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -42,10 +44,58 @@ func countEndpoints(eps []plan.Endpoint) endpointCounts {
 	return c
 }
 
-// endpointFindings reports a port's endpoints as the planner sees them,
-// before the plugins.
-func endpointFindings(subject, node string, s *plan.Service) []Finding {
-	c := countEndpoints(s.Endpoints)
+// sliceCounts counts the endpoints the slices list for the Service port
+// named port, by their conditions as kube-proxy reads them (ready unset
+// is ready, serving unset follows ready, terminating unset is false).
+func sliceCounts(slices []*discoveryv1.EndpointSlice, port, node string) endpointCounts {
+	c := endpointCounts{zones: map[string]int{}}
+	for _, s := range slices {
+		if !sliceHasPort(s, port) {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			ready := e.Conditions.Ready == nil || *e.Conditions.Ready
+			serving := ready
+			if e.Conditions.Serving != nil {
+				serving = *e.Conditions.Serving
+			}
+			terminating := e.Conditions.Terminating != nil && *e.Conditions.Terminating
+			c.total++
+			switch {
+			case ready && !terminating:
+				c.ready++
+			case serving && terminating:
+				c.servingTerminating++
+			case terminating:
+				c.terminating++
+			default:
+				c.notReady++
+			}
+			if e.NodeName != nil && *e.NodeName == node {
+				c.local++
+			}
+			if e.Zone != nil && *e.Zone != "" {
+				c.zones[*e.Zone]++
+			}
+		}
+	}
+	return c
+}
+
+// sliceHasPort says whether the slice lists the Service port named port.
+func sliceHasPort(s *discoveryv1.EndpointSlice, port string) bool {
+	for _, p := range s.Ports {
+		if p.Port != nil && (p.Name == nil && port == "" || p.Name != nil && *p.Name == port) {
+			return true
+		}
+	}
+	return false
+}
+
+// endpointFindings reports a port's endpoints: c counts them as the
+// slices list them, s is the planner's service, before the plugins.
+func endpointFindings(subject, node string, c endpointCounts, s *plan.Service) []Finding {
+	c.forCluster = countEndpoints(s.Endpoints).forCluster
 	f := func(code string, sev Severity, format string, args ...any) Finding {
 		return Finding{Code: code, Severity: sev, Subject: subject, Message: fmt.Sprintf(format, args...)}
 	}
@@ -54,9 +104,12 @@ func endpointFindings(subject, node string, s *plan.Service) []Finding {
 	}
 	out := []Finding{f("endpoints.counts", Info, "%s", c.describe(node))}
 	switch {
-	case c.ready == 0 && c.servingTerminating == 0:
+	case c.forCluster == 0 && c.ready == 0 && c.servingTerminating == 0:
 		out = append(out, f("endpoints.none-serving", Broken,
 			"none of the %d endpoints is ready or serving: connections to this port are rejected on this node", c.total))
+	case c.forCluster == 0:
+		out = append(out, f("endpoints.none-used", Broken,
+			"the planner uses none of the %d endpoints for cluster traffic on this node: connections to this port are rejected", c.total))
 	case c.ready == 0:
 		out = append(out, f("endpoints.terminating-fallback", Warning,
 			"no endpoint is ready: traffic goes to the %d terminating endpoints that still serve, as kube-proxy does, until they are gone",

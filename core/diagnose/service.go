@@ -124,7 +124,7 @@ func portFindings(in ServiceInput, sp corev1.ServicePort) []Finding {
 			out = append(out, f)
 		}
 		planned := in.Planned[k]
-		out = append(out, endpointFindings(subject, in.Node, planned)...)
+		out = append(out, endpointFindings(subject, in.Node, sliceCounts(in.Slices, sp.Name, in.Node), planned)...)
 		out = append(out, policyFindings(subject, planned)...)
 		out = append(out, pluginFindings(subject, planned, in.Final[k], in.Changes)...)
 		out = append(out, kernelFindings(subject, in.Kernel, k)...)

@@ -29,11 +29,23 @@ func webService(mutate ...func(*corev1.Service)) *corev1.Service {
 	return s
 }
 
-func webSlice(port string) *discoveryv1.EndpointSlice {
+// webSlice is a slice of web with the port named port and one endpoint
+// per condition given (r ready, s serving, t terminating; none: one ready
+// endpoint).
+func webSlice(port string, conditions ...string) *discoveryv1.EndpointSlice {
 	n := int32(8080)
+	if len(conditions) == 0 {
+		conditions = []string{"rs"}
+	}
+	var eps []discoveryv1.Endpoint
+	for i, c := range conditions {
+		r, s, t := strings.Contains(c, "r"), strings.Contains(c, "s"), strings.Contains(c, "t")
+		eps = append(eps, discoveryv1.Endpoint{Addresses: []string{"10.244.0." + string(rune('1'+i))},
+			Conditions: discoveryv1.EndpointConditions{Ready: &r, Serving: &s, Terminating: &t}})
+	}
 	return &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.11"}}},
+		Endpoints:  eps,
 		Ports:      []discoveryv1.EndpointPort{{Name: &port, Port: &n}},
 	}
 }
@@ -78,10 +90,10 @@ func TestServiceFindings(t *testing.T) {
 			s.Spec.Ports[0].TargetPort = intstr.FromString("web-http")
 		}), Slices: []*discoveryv1.EndpointSlice{webSlice("other")}, Planned: planned(nil), Final: planned(nil)},
 			[]string{"broken port.named-target-unresolved", "broken endpoints.none"}, true},
-		{"none serving", ServiceInput{Service: webService(), Slices: []*discoveryv1.EndpointSlice{webSlice("http")},
-			Planned: planned(nil, ep("10.244.0.11", "")), Final: planned(nil, ep("10.244.0.11", ""))},
+		{"none serving", ServiceInput{Service: webService(), Slices: []*discoveryv1.EndpointSlice{webSlice("http", "")},
+			Planned: planned(nil), Final: planned(nil)},
 			[]string{"info endpoints.counts", "broken endpoints.none-serving"}, true},
-		{"terminating fallback", ServiceInput{Service: webService(), Slices: []*discoveryv1.EndpointSlice{webSlice("http")},
+		{"terminating fallback", ServiceInput{Service: webService(), Slices: []*discoveryv1.EndpointSlice{webSlice("http", "st")},
 			Planned: planned(nil, ep("10.244.0.11", "stc")), Final: planned(nil, ep("10.244.0.11", "stc"))},
 			[]string{"info endpoints.counts", "warning endpoints.terminating-fallback"}, false},
 		{"external local without local endpoints", ServiceInput{Service: webService(), Slices: []*discoveryv1.EndpointSlice{webSlice("http")},
