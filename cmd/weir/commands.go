@@ -53,7 +53,7 @@ func setup(cmd *command, args []string, stdout, stderr io.Writer) (*environment,
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	if fs.NArg() > 0 {
+	if fs.NArg() > 0 && !cmd.takesArgs {
 		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	cfg, err := config.Load(fs, os.Environ())

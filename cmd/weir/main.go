@@ -29,17 +29,21 @@ type command struct {
 	run     func(env *environment) error
 	// direct, when set, runs the command without Weir's configuration.
 	direct func(args []string, stdout, stderr io.Writer) error
+	// takesArgs is set for a command that reads arguments besides its
+	// flags (env.flags.Args()).
+	takesArgs bool
 }
 
 var commands = []command{
-	{"run", "watch the source and keep the kernel's rules in sync (the daemon)", nil, runDaemon, nil},
-	{"sync", "sync the rules once and exit (requires --once)", syncFlags, runSync, nil},
-	{"plan", "print the rule plan computed from the source, after the plugins; touches no kernel", loadFlags, runPlan, nil},
-	{"verify", "compare the kernel's rules with the plan and list every divergence; writes nothing", verifyFlags, runVerify, nil},
-	{"cleanup", "remove Weir's and kube-proxy's rules, in every mode (--keep-kube-proxy: only Weir's own, to hand back to kube-proxy)", cleanupFlags, runCleanup, nil},
-	{"plugin", "plugin test: show what a hook plugin does to the services of a manifests folder", nil, nil, runPluginCommand},
-	{"config", "config convert FILE: print the Weir configuration equivalent to a KubeProxyConfiguration", nil, nil, runConfigCommand},
-	{"version", "print the version", nil, nil, nil},
+	{"run", "watch the source and keep the kernel's rules in sync (the daemon)", nil, runDaemon, nil, false},
+	{"sync", "sync the rules once and exit (requires --once)", syncFlags, runSync, nil, false},
+	{"plan", "print the rule plan computed from the source, after the plugins; touches no kernel", loadFlags, runPlan, nil, false},
+	{"verify", "compare the kernel's rules with the plan and list every divergence; writes nothing", verifyFlags, runVerify, nil, false},
+	{"diagnose", "explain why a service works or not on this node (NAMESPACE/NAME[:PORT], --all, or node); writes nothing", diagnoseFlags, runDiagnose, nil, true},
+	{"cleanup", "remove Weir's and kube-proxy's rules, in every mode (--keep-kube-proxy: only Weir's own, to hand back to kube-proxy)", cleanupFlags, runCleanup, nil, false},
+	{"plugin", "plugin test: show what a hook plugin does to the services of a manifests folder", nil, nil, runPluginCommand, false},
+	{"config", "config convert FILE: print the Weir configuration equivalent to a KubeProxyConfiguration", nil, nil, runConfigCommand, false},
+	{"version", "print the version", nil, nil, nil, false},
 }
 
 func main() {

@@ -42,6 +42,12 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown flag", []string{"plan", "--no-such-flag"}, []string{"no-such-flag"}},
 		{"stray argument", []string{"plan", "--source-path", "testdata/manifests", "extra"}, []string{`"extra"`}},
 		{"bad duration", []string{"run", "--min-sync-period", "soon"}, []string{"soon"}},
+		{"diagnose without a target", []string{"diagnose", "--source-path", "testdata/manifests"}, []string{"NAMESPACE/NAME[:PORT]", "--all", "node"}},
+		{"diagnose without a namespace", []string{"diagnose", "web", "--source-path", "testdata/manifests"}, []string{`web\": want NAMESPACE/NAME`}},
+		{"diagnose with an empty port", []string{"diagnose", "default/web:", "--source-path", "testdata/manifests"}, []string{`default/web:\": want NAMESPACE/NAME`}},
+		{"diagnose --all with a service", []string{"diagnose", "--all", "default/web", "--source-path", "testdata/manifests"}, []string{"--all takes no service"}},
+		{"diagnose two services", []string{"diagnose", "default/a", "default/b", "--source-path", "testdata/manifests"}, []string{"want one of"}},
+		{"diagnose bad output", []string{"diagnose", "-o", "yaml", "default/web", "--source-path", "testdata/manifests"}, []string{"--output", "yaml", "use text or json"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

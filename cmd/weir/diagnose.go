@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8s "k8s.io/client-go/kubernetes"
+
+	"github.com/weirproxy/weir/core/diagnose"
+	"github.com/weirproxy/weir/core/source/files"
+	"github.com/weirproxy/weir/core/source/kubernetes"
+)
+
+// errFindings is what weir diagnose fails with when a finding says traffic
+// is lost or the kernel differs from the plan.
+var errFindings = errors.New("traffic is lost or the kernel differs from the plan")
+
+func diagnoseFlags(fs *pflag.FlagSet) {
+	loadFlags(fs)
+	fs.StringP("output", "o", "text", "output format: text or json")
+	fs.Bool("all", false, "every service, listing only those with warnings or worse")
+}
+
+// diagnoseTarget is what one weir diagnose run looks at.
+type diagnoseTarget struct {
+	node bool   // weir diagnose node: the node checks alone
+	all  bool   // --all
+	name string // namespace/name
+	port string // the port asked for, "" for every port
+}
+
+// parseDiagnoseTarget reads the command's arguments.
+func parseDiagnoseTarget(args []string, all bool) (diagnoseTarget, error) {
+	switch {
+	case all && len(args) > 0:
+		return diagnoseTarget{}, fmt.Errorf("%w: --all takes no service", errUsage)
+	case all:
+		return diagnoseTarget{all: true}, nil
+	case len(args) != 1:
+		return diagnoseTarget{}, fmt.Errorf("%w: want one of NAMESPACE/NAME[:PORT], --all or node", errUsage)
+	case args[0] == "node":
+		return diagnoseTarget{node: true}, nil
+	}
+	name, port, _ := strings.Cut(args[0], ":")
+	ns, n, ok := strings.Cut(name, "/")
+	if !ok || ns == "" || n == "" || strings.Contains(n, "/") || (strings.Contains(args[0], ":") && port == "") {
+		return diagnoseTarget{}, fmt.Errorf("%w: %q: want NAMESPACE/NAME[:PORT], --all or node", errUsage, args[0])
+	}
+	return diagnoseTarget{name: name, port: port}, nil
+}
+
+// runDiagnose reports, in plain sentences with stable codes, why a service
+// works or does not on this node: the node, the object, its endpoints,
+// the traffic policies, the plugins and the kernel's rules. It writes
+// nothing; it exits 1 when a finding says traffic is lost.
+func runDiagnose(env *environment) error {
+	output, _ := env.flags.GetString("output")
+	if output != "text" && output != "json" {
+		return fmt.Errorf("%w: --output %q: use text or json", errUsage, output)
+	}
+	all, _ := env.flags.GetBool("all")
+	target, err := parseDiagnoseTarget(env.flags.Args(), all)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	load, cancelLoad, err := loading(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer cancelLoad()
+	rep := &diagnose.Report{Mode: env.cfg.Mode, From: "source"}
+	nodeFindings := diagnose.CheckNode(ctx, nodeCheckOptions(env))
+	if target.node {
+		rep.Add(nodeFindings...)
+	} else {
+		rep.Add(atLeast(nodeFindings, diagnose.Warning)...)
+		if err := diagnoseServices(ctx, load, env, target, rep); err != nil {
+			return err
+		}
+	}
+	if output == "json" {
+		err = rep.WriteJSON(env.stdout)
+	} else {
+		err = rep.WriteText(env.stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if rep.Broken() {
+		return errFindings
+	}
+	return nil
+}
+
+// diagnoseServices adds the findings of the service asked for, or of every
+// service with warnings or worse.
+func diagnoseServices(ctx, load context.Context, env *environment, target diagnoseTarget, rep *diagnose.Report) error {
+	objs, err := diagnoseObjects(load, env, target)
+	if err != nil {
+		return err
+	}
+	st, err := diagnosePlan(ctx, load, env)
+	if err != nil {
+		return err
+	}
+	kernel, err := kernelDifferences(ctx, env, st.final)
+	if err != nil {
+		rep.Add(diagnose.Finding{Code: "kernel.unread", Severity: diagnose.Warning, Subject: "kernel",
+			Message: "cannot read the kernel's rules, so they are not compared with the plan: " + err.Error()})
+	}
+	if kernel != nil {
+		for _, a := range kernel.anomalies {
+			rep.Add(diagnose.Finding{Code: "kernel.anomaly", Severity: diagnose.Broken, Subject: "kernel", Message: a})
+		}
+	}
+	if st.pluginErr != nil {
+		rep.Add(diagnose.Finding{Code: "plugins.failed", Severity: diagnose.Warning, Subject: "plugins",
+			Message: "hook plugins failed and their failure policies applied: " + st.pluginErr.Error()})
+	}
+	names := []string{target.name}
+	if target.all {
+		names = slices.Sorted(maps.Keys(objs.Services))
+	}
+	for _, name := range names {
+		in := diagnose.ServiceInput{Name: name, Port: target.port, Service: objs.Services[name], Slices: objs.Slices[name],
+			Node: env.cfg.NodeName, Planned: st.planned[name], Final: st.finals[name], Problems: st.problems(name),
+			Changes: st.changes[name]}
+		if kernel != nil {
+			in.Kernel = kernel.byKey
+		}
+		found := diagnose.Service(in)
+		if target.all {
+			found = worthListing(found)
+		}
+		rep.Add(found...)
+	}
+	return nil
+}
+
+// worthListing returns a service's findings when one is a warning or
+// worse, and none otherwise (--all lists only services with findings).
+func worthListing(fs []diagnose.Finding) []diagnose.Finding {
+	if len(atLeast(fs, diagnose.Warning)) == 0 {
+		return nil
+	}
+	return fs
+}
+
+// atLeast returns the findings of severity sev or higher.
+func atLeast(fs []diagnose.Finding, sev diagnose.Severity) []diagnose.Finding {
+	var out []diagnose.Finding
+	for _, f := range fs {
+		if f.Severity >= sev {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// diagnoseObjects reads the Services and EndpointSlices diagnose looks at,
+// whole, from the configured source.
+func diagnoseObjects(ctx context.Context, env *environment, target diagnoseTarget) (*files.Objects, error) {
+	switch env.cfg.Source.Kind {
+	case "files":
+		return files.ReadObjects(env.cfg.Source.Path, env.log)
+	case "kubernetes":
+		rc, err := kubernetes.Config(env.cfg.Source.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		client, err := k8s.NewForConfig(rc)
+		if err != nil {
+			return nil, err
+		}
+		return apiObjects(ctx, client, target)
+	}
+	return nil, fmt.Errorf("source.kind %q is unknown; use files or kubernetes", env.cfg.Source.Kind)
+}
+
+// apiObjects reads the Service asked for and its slices, or every Service
+// and slice, from the API server.
+func apiObjects(ctx context.Context, client k8s.Interface, target diagnoseTarget) (*files.Objects, error) {
+	out := &files.Objects{Services: map[string]*corev1.Service{}, Slices: map[string][]*discoveryv1.EndpointSlice{}}
+	ns, name := metav1.NamespaceAll, ""
+	if !target.all {
+		ns, name, _ = strings.Cut(target.name, "/")
+	}
+	var services []corev1.Service
+	if name != "" {
+		svc, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("get Service %s: %w", target.name, err)
+		default:
+			services = append(services, *svc)
+		}
+	} else {
+		list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list Services: %w", err)
+		}
+		services = list.Items
+	}
+	for i := range services {
+		out.Services[services[i].Namespace+"/"+services[i].Name] = &services[i]
+	}
+	opts := metav1.ListOptions{}
+	if name != "" {
+		opts.LabelSelector = discoveryv1.LabelServiceName + "=" + name
+	}
+	slices, err := client.DiscoveryV1().EndpointSlices(ns).List(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("list EndpointSlices: %w", err)
+	}
+	for i := range slices.Items {
+		s := &slices.Items[i]
+		key := s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]
+		out.Slices[key] = append(out.Slices[key], s)
+	}
+	return out, nil
+}

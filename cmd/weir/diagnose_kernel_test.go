@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirproxy/weir/core/diagnose"
+	"github.com/weirproxy/weir/test/netns"
+)
+
+// webManifest is the demo's web Service with a selector, spec lines of
+// the test's choosing (its type and ports), and its slice with the given
+// endpoints; slicePorts is the slice's ports list.
+func webManifest(spec string, endpoints []string, slicePorts string) string {
+	var b strings.Builder
+	b.WriteString(`apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: web}
+` + spec + `---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-demo, namespace: default, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: ` + slicePorts + `
+endpoints:
+`)
+	for _, e := range endpoints {
+		b.WriteString(e)
+	}
+	return b.String()
+}
+
+// The web Service's spec lines and slice ports the diagnose tests use.
+const (
+	clusterIPSpec = "  type: ClusterIP\n  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]\n"
+	namedSpec     = "  type: ClusterIP\n  ports: [{name: http, protocol: TCP, port: 80, targetPort: web-http}]\n"
+	localSpec     = "  type: NodePort\n  externalTrafficPolicy: Local\n" +
+		"  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}]\n"
+	httpPorts = "[{name: http, port: 8080, protocol: TCP}]"
+)
+
+// demoEndpoint is one endpoint of the web slice on node with conditions.
+func demoEndpoint(addr, node, conditions string) string {
+	return "  - {addresses: [" + addr + "], nodeName: " + node + ", conditions: {" + conditions + "}}\n"
+}
+
+const readyCond = "ready: true, serving: true, terminating: false"
+
+// diagnoseRun runs weir diagnose -o json with args in ns and returns its
+// exit code and report.
+func diagnoseRun(t *testing.T, ns *netns.Namespace, weir string, args ...string) (int, diagnose.Report) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := ns.Command(ctx, weir, append([]string{"diagnose", "-o", "json"}, args...)...)
+	cmd.Env = weirEnv()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, _ := cmd.Output()
+	var rep diagnose.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("weir diagnose %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	t.Logf("weir diagnose %s: exit %d\n%s", strings.Join(args, " "), cmd.ProcessState.ExitCode(), out)
+	return cmd.ProcessState.ExitCode(), rep
+}
+
+// codes returns the report's findings as "severity code".
+func codes(rep diagnose.Report) []string {
+	var out []string
+	for _, f := range rep.Findings {
+		out = append(out, f.Severity.String()+" "+f.Code)
+	}
+	return out
+}
+
+// TestKernelDiagnose breaks the demo's web service in each way weir
+// diagnose must explain, commits each state with sync --once (so the
+// kernel matches the plan unless the test alters it), and checks that
+// diagnose names the cause and exits 1; the healthy service exits 0.
+func TestKernelDiagnose(t *testing.T) {
+	netns.RequireRoot(t)
+	weir := buildWeir(t)
+	topo := netns.NewThreePods(t)
+	ready := []string{demoEndpoint("10.244.0.11", demoNode, readyCond), demoEndpoint("10.244.0.12", demoNode, readyCond)}
+	tests := []struct {
+		name     string
+		manifest string
+		config   func(t *testing.T) string // a --config file, or none
+		alter    func(t *testing.T)        // after the sync, before diagnose
+		want     string                    // a "severity code" the report must hold
+		code     int
+	}{
+		{name: "healthy", manifest: webManifest(clusterIPSpec, ready, httpPorts), want: "info kernel.in-sync", code: 0},
+		{name: "no endpoints", manifest: webManifest(clusterIPSpec, nil, httpPorts), want: "broken endpoints.none", code: exitFailed},
+		{name: "all terminating", manifest: webManifest(clusterIPSpec, []string{
+			demoEndpoint("10.244.0.11", demoNode, "ready: false, serving: false, terminating: true"),
+		}, httpPorts), want: "broken endpoints.none-serving", code: exitFailed},
+		{name: "ETP Local without local endpoints", manifest: webManifest(localSpec,
+			[]string{demoEndpoint("10.244.0.11", "other-node", readyCond)}, httpPorts),
+			want: "broken policy.external-local-no-endpoints", code: exitFailed},
+		{name: "named port unresolved", manifest: webManifest(namedSpec, ready, "[]"),
+			want: "broken port.named-target-unresolved", code: exitFailed},
+		{name: "plugin drops everything", manifest: webManifest(clusterIPSpec, ready, httpPorts), config: drainAllConfig,
+			want: "broken plugins.dropped-all", code: exitFailed},
+		{name: "table deleted by hand", manifest: webManifest(clusterIPSpec, ready, httpPorts),
+			alter: func(t *testing.T) { nodeCommand(t, topo.Node, "nft", "delete", "table", "ip", "weir") },
+			want:  "broken kernel.differs", code: exitFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := copyDemo(t)
+			if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(tt.manifest), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"--source-path", dir, "--node-name", demoNode}
+			if tt.config != nil {
+				args = append(args, "--config", tt.config(t))
+			}
+			runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, args...)...)
+			if tt.alter != nil {
+				tt.alter(t)
+			}
+			code, rep := diagnoseRun(t, topo.Node, weir, append([]string{"default/web"}, args...)...)
+			if code != tt.code || !slices.Contains(codes(rep), tt.want) {
+				t.Errorf("exit %d with %q; want exit %d and %q", code, codes(rep), tt.code, tt.want)
+			}
+			// No weir run serves healthz and metrics here: the node warns
+			// of that, the service itself must not.
+			if tt.code == 0 && slices.ContainsFunc(rep.Findings, func(f diagnose.Finding) bool { return f.Severity > diagnose.Info && f.Subject != "node" }) {
+				t.Errorf("a healthy service has warnings: %q", codes(rep))
+			}
+		})
+	}
+	t.Run("ip_forward off", func(t *testing.T) {
+		dir := copyDemo(t)
+		args := []string{"--source-path", dir, "--node-name", demoNode}
+		runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, args...)...)
+		nodeCommand(t, topo.Node, "sysctl", "-w", "net.ipv4.ip_forward=0")
+		t.Cleanup(func() { nodeCommand(t, topo.Node, "sysctl", "-w", "net.ipv4.ip_forward=1") })
+		for _, target := range []string{"node", "default/web"} {
+			code, rep := diagnoseRun(t, topo.Node, weir, append([]string{target}, args...)...)
+			if code != exitFailed || !slices.Contains(codes(rep), "broken node.ip-forward-off") {
+				t.Errorf("diagnose %s: exit %d with %q; want exit %d and broken node.ip-forward-off", target, code, codes(rep), exitFailed)
+			}
+		}
+	})
+}
+
+// drainAllConfig writes a configuration running the drain plugin on the
+// demo's node without keeping the last endpoints: it drops them all.
+func drainAllConfig(t *testing.T) string {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "weir.yaml")
+	yaml := "hooks:\n  cacheDir: " + filepath.Join(t.TempDir(), "cache") + "\nplugins:\n" +
+		"  - name: drain\n    path: " + buildPlugin(t, "drain") + "\n    failurePolicy: open\n" +
+		"    config: {nodes: [" + demoNode + "], keepLast: false}\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// nodeCommand runs a command in ns and fails the test unless it succeeds.
+func nodeCommand(t *testing.T, ns *netns.Namespace, name string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := ns.Command(ctx, name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
