@@ -166,6 +166,10 @@ type Proxy struct {
 	// pluginErr holds the plugin failures of the last sync, which the
 	// hooks handled by their policies.
 	pluginErr error
+	// status and committedAt are what weir diagnose reads of past syncs
+	// (view.go).
+	status      SyncStatus
+	committedAt map[plan.Key]time.Time
 }
 
 // New returns a proxy with an empty plan.
@@ -189,6 +193,7 @@ func New(opts Options) *Proxy {
 		problems: map[string][]planner.Problem{}, conflicts: map[plan.Key][]planner.Problem{},
 
 		healthChecks: map[string]health.Service{}, noLocal: map[plan.Key]noLocal{},
+		committedAt: map[plan.Key]time.Time{},
 	}
 	p.tracker = tracker.New(func() {
 		p.requestSync()
@@ -324,11 +329,15 @@ func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) erro
 	if p.opts.Backend == nil || (!full && len(out.changed) == 0 && !nodeChanged) {
 		p.foldHealthChecks(checks)
 		p.foldNoLocal(out.keys, noLocal)
+		if p.opts.Backend != nil {
+			p.noteSync(full, start, time.Now(), nil, nil)
+		}
 		return nil
 	}
 	req := backends.SyncRequest{Full: full, Changed: out.changed}
 	err := p.opts.Backend.Sync(ctx, p.final, req)
 	p.reportBackend()
+	p.noteSync(full, start, time.Now(), out.changed, err)
 	if err != nil {
 		undo()
 		p.resync = true

@@ -25,6 +25,11 @@ func (p *Proxy) reportBackend() {
 func (p *Proxy) Problems(name string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.problemsOf(name)
+}
+
+// problemsOf is Problems with the lock held.
+func (p *Proxy) problemsOf(name string) []string {
 	var out []string
 	for _, pr := range p.problems[name] {
 		out = append(out, pr.String())
