@@ -180,7 +180,8 @@ func runDaemon(env *environment) error {
 		return err
 	}
 	defer stopEvents()
-	m := observed{Metrics: metrics.New(env.cfg.Mode), ev: ev}
+	dbg := newDebugServer(env.cfg.Mode, env.cfg.NodeName)
+	m := observed{Metrics: metrics.New(env.cfg.Mode), ev: ev, debug: dbg}
 	// Like kube-proxy: unhealthy when a change waited two sync periods.
 	ph := health.NewProxy(health.ProxyOptions{Timeout: 2 * env.cfg.SyncPeriod, Observe: m.Probe})
 	stop, err := serve(env, "healthzBindAddress", env.cfg.HealthzBindAddress, ph.Handler())
@@ -188,7 +189,7 @@ func runDaemon(env *environment) error {
 		return err
 	}
 	defer stop()
-	mh := m.Handler()
+	mh := dbg.handler(m.Handler())
 	if env.cfg.EnableProfiling {
 		mh = withProfiling(mh)
 	}
@@ -230,6 +231,7 @@ func runDaemon(env *environment) error {
 		opts.Hooks = chain
 	}
 	p := proxy.New(opts)
+	dbg.proxy.Store(p)
 	if chain != nil {
 		go watchPlugins(ctx, env, chain, reloaded, p)
 	}

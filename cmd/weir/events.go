@@ -34,6 +34,17 @@ func nodeEvents(env *environment) (*events.Reporter, func(), error) {
 type observed struct {
 	*metrics.Metrics
 	ev *events.Reporter
+	// debug remembers plugin outcomes for the debug endpoint; nil in
+	// commands that serve none.
+	debug *debugServer
+}
+
+// PluginCalled records the call in the metrics and the debug endpoint.
+func (o observed) PluginCalled(plugin string, took time.Duration, err error) {
+	o.Metrics.PluginCalled(plugin, took, err)
+	if o.debug != nil {
+		o.debug.pluginCalled(plugin, err)
+	}
 }
 
 // CommitFailed counts the failure in both.
@@ -55,6 +66,9 @@ func (o observed) Synced(full bool, took time.Duration, end time.Time) {
 // PluginQuarantined records the quarantine in both.
 func (o observed) PluginQuarantined(plugin string, quarantined bool) {
 	o.Metrics.PluginQuarantined(plugin, quarantined)
+	if o.debug != nil {
+		o.debug.pluginQuarantined(plugin, quarantined)
+	}
 	if o.ev != nil {
 		o.ev.PluginQuarantined(plugin, quarantined)
 	}

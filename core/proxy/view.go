@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -93,4 +94,13 @@ func (p *Proxy) noteSync(full bool, start, end time.Time, changed []plan.Key, er
 			delete(p.committedAt, k)
 		}
 	}
+}
+
+// Context returns the node and the service CIDRs of the current plan:
+// what a backend's view of a service's rules depends on besides the
+// service (backends.Reader's Expected).
+func (p *Proxy) Context() (plan.Node, []netip.Prefix) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.final.Node.Clone(), slices.Clone(p.final.ServiceCIDRs)
 }
