@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"github.com/weirproxy/weir/core/diagnose"
 	"github.com/weirproxy/weir/core/source/files"
 	"github.com/weirproxy/weir/core/source/kubernetes"
+	"github.com/weirproxy/weir/sdk/plan"
 )
 
 // errFindings is what weir diagnose fails with when a finding says traffic
@@ -104,26 +106,27 @@ func runDiagnose(env *environment) error {
 }
 
 // diagnoseServices adds the findings of the service asked for, or of every
-// service with warnings or worse.
+// service with warnings or worse. It reads the plan from the running
+// weir's debug endpoint when one answers, and otherwise computes it from
+// the source; --all always computes it.
 func diagnoseServices(ctx, load context.Context, env *environment, target diagnoseTarget, rep *diagnose.Report) error {
 	objs, err := diagnoseObjects(load, env, target)
 	if err != nil {
 		return err
 	}
+	daemon := findDaemon(ctx, env.cfg.MetricsBindAddress)
+	if daemon != nil {
+		rep.Add(daemon.findings(time.Now())...)
+	}
+	if daemon != nil && !target.all {
+		rep.From = "daemon"
+		return daemonService(ctx, env, daemon, objs, target, rep)
+	}
 	st, err := diagnosePlan(ctx, load, env)
 	if err != nil {
 		return err
 	}
-	kernel, err := kernelDifferences(ctx, env, st.final)
-	if err != nil {
-		rep.Add(diagnose.Finding{Code: "kernel.unread", Severity: diagnose.Warning, Subject: "kernel",
-			Message: "cannot read the kernel's rules, so they are not compared with the plan: " + err.Error()})
-	}
-	if kernel != nil {
-		for _, a := range kernel.anomalies {
-			rep.Add(diagnose.Finding{Code: "kernel.anomaly", Severity: diagnose.Broken, Subject: "kernel", Message: a})
-		}
-	}
+	kernel := readKernel(ctx, env, st.final, rep)
 	if st.pluginErr != nil {
 		rep.Add(diagnose.Finding{Code: "plugins.failed", Severity: diagnose.Warning, Subject: "plugins",
 			Message: "hook plugins failed and their failure policies applied: " + st.pluginErr.Error()})
@@ -135,10 +138,7 @@ func diagnoseServices(ctx, load context.Context, env *environment, target diagno
 	for _, name := range names {
 		in := diagnose.ServiceInput{Name: name, Port: target.port, Service: objs.Services[name], Slices: objs.Slices[name],
 			Node: env.cfg.NodeName, Planned: st.planned[name], Final: st.finals[name], Problems: st.problems(name),
-			Changes: st.changes[name]}
-		if kernel != nil {
-			in.Kernel = kernel.byKey
-		}
+			Changes: st.changes[name], Kernel: kernel}
 		found := diagnose.Service(in)
 		if target.all {
 			found = worthListing(found)
@@ -146,6 +146,50 @@ func diagnoseServices(ctx, load context.Context, env *environment, target diagno
 		rep.Add(found...)
 	}
 	return nil
+}
+
+// daemonService adds the findings of one service as the running weir
+// holds it.
+func daemonService(ctx context.Context, env *environment, daemon *daemonClient, objs *files.Objects, target diagnoseTarget,
+	rep *diagnose.Report) error {
+	view, err := daemon.service(ctx, target.name)
+	if err != nil {
+		return fmt.Errorf("the running weir's debug endpoint: %w", err)
+	}
+	in := diagnose.ServiceInput{Name: target.name, Port: target.port, Service: objs.Services[target.name],
+		Slices: objs.Slices[target.name], Node: env.cfg.NodeName, Planned: keyed(view.Planned), Final: keyed(view.Final),
+		Problems: view.Problems, Kernel: readKernel(ctx, env, daemon.planOf(view), rep)}
+	rep.Add(diagnose.Service(in)...)
+	now := time.Now()
+	for _, k := range slices.Sorted(maps.Keys(view.Committed)) {
+		rep.Add(diagnose.Finding{Code: "sync.committed", Severity: diagnose.Info, Subject: k,
+			Message: fmt.Sprintf("its rules last changed in the kernel %s ago", now.Sub(view.Committed[k]).Round(time.Second))})
+	}
+	return nil
+}
+
+// readKernel compares the kernel's rules with want by service port; when
+// it cannot, it says why in a warning and returns nil.
+func readKernel(ctx context.Context, env *environment, want *plan.Plan, rep *diagnose.Report) map[plan.Key][]string {
+	kernel, err := kernelDifferences(ctx, env, want)
+	if err != nil {
+		rep.Add(diagnose.Finding{Code: "kernel.unread", Severity: diagnose.Warning, Subject: "kernel",
+			Message: "cannot read the kernel's rules, so they are not compared with the plan: " + err.Error()})
+		return nil
+	}
+	for _, a := range kernel.anomalies {
+		rep.Add(diagnose.Finding{Code: "kernel.anomaly", Severity: diagnose.Broken, Subject: "kernel", Message: a})
+	}
+	return kernel.byKey
+}
+
+// keyed indexes services by key.
+func keyed(services []*plan.Service) map[plan.Key]*plan.Service {
+	out := make(map[plan.Key]*plan.Service, len(services))
+	for _, s := range services {
+		out[s.Key] = s
+	}
+	return out
 }
 
 // worthListing returns a service's findings when one is a warning or

@@ -179,3 +179,51 @@ func nodeCommand(t *testing.T, ns *netns.Namespace, name string, args ...string)
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 }
+
+// TestKernelDiagnoseDaemon runs weir run and checks that weir diagnose
+// reads the plan and the syncs from its debug endpoint: the last sync,
+// when the service's rules were committed, the kernel in sync; then a
+// change the daemon committed shows as its finding.
+func TestKernelDiagnoseDaemon(t *testing.T) {
+	netns.RequireRoot(t)
+	weir := buildWeir(t)
+	topo := netns.NewThreePods(t)
+	dir := copyDemo(t)
+	web := filepath.Join(dir, "web.yaml")
+	ready := []string{demoEndpoint("10.244.0.11", demoNode, readyCond)}
+	if err := os.WriteFile(web, []byte(webManifest(clusterIPSpec, ready, httpPorts)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--source-path", dir, "--node-name", demoNode,
+		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"}
+	d := startDaemon(t, topo.Node, weir, append([]string{"run"}, args...)...)
+	d.waitLog(t, `msg="Synced rules"`, 30*time.Second)
+
+	code, rep := diagnoseRun(t, topo.Node, weir, append([]string{"default/web"}, args...)...)
+	got := codes(rep)
+	for _, want := range []string{"info sync.last", "info sync.committed", "info kernel.in-sync", "info endpoints.counts"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("diagnose with weir run: no %q in %q", want, got)
+		}
+	}
+	if code != 0 || rep.From != "daemon" || slices.ContainsFunc(rep.Findings, func(f diagnose.Finding) bool { return f.Severity > diagnose.Info }) {
+		t.Errorf("diagnose with weir run: exit %d, from %q, %q; want exit 0 from the daemon with no warnings", code, rep.From, got)
+	}
+
+	notReady := []string{demoEndpoint("10.244.0.11", demoNode, "ready: false, serving: false, terminating: false")}
+	if err := os.WriteFile(web, []byte(webManifest(clusterIPSpec, notReady, httpPorts)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, rep = diagnoseRun(t, topo.Node, weir, append([]string{"default/web"}, args...)...)
+		if slices.Contains(codes(rep), "broken endpoints.none-serving") || time.Now().After(deadline) {
+			break
+		}
+		d.mustRun(t)
+	}
+	if code != exitFailed || rep.From != "daemon" || !slices.Contains(codes(rep), "info kernel.in-sync") {
+		t.Errorf("after the endpoint stopped serving: exit %d, from %q, %q; want exit %d, endpoints.none-serving and the kernel in sync",
+			code, rep.From, codes(rep), exitFailed)
+	}
+}
