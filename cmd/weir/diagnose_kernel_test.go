@@ -227,3 +227,28 @@ func TestKernelDiagnoseDaemon(t *testing.T) {
 			code, rep.From, codes(rep), exitFailed)
 	}
 }
+
+// TestKernelDiagnoseIPTables checks diagnose in mode iptables, each
+// flavour: in sync after sync --once, and naming the service whose rules
+// a flushed KUBE-SERVICES no longer reaches.
+func TestKernelDiagnoseIPTables(t *testing.T) {
+	netns.RequireRoot(t)
+	weir := buildWeir(t)
+	for _, flavour := range []string{"nft", "legacy"} {
+		t.Run(flavour, func(t *testing.T) {
+			topo := netns.NewThreePods(t)
+			dir := copyDemo(t)
+			args := []string{"--source-path", dir, "--node-name", demoNode, "--mode", "iptables", "--iptables-backend", flavour}
+			runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, args...)...)
+			code, rep := diagnoseRun(t, topo.Node, weir, append([]string{"default/web"}, args...)...)
+			if code != 0 || rep.Mode != "iptables" || !slices.Contains(codes(rep), "info kernel.in-sync") {
+				t.Errorf("after sync --once: exit %d, mode %q, %q; want exit 0 and the kernel in sync", code, rep.Mode, codes(rep))
+			}
+			nodeCommand(t, topo.Node, "iptables-"+flavour, "-t", "nat", "-F", "KUBE-SERVICES")
+			code, rep = diagnoseRun(t, topo.Node, weir, append([]string{"default/web"}, args...)...)
+			if code != exitFailed || !slices.Contains(codes(rep), "broken kernel.differs") {
+				t.Errorf("after flushing KUBE-SERVICES: exit %d, %q; want exit %d and kernel.differs", code, codes(rep), exitFailed)
+			}
+		})
+	}
+}
