@@ -4,17 +4,22 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 
+	"github.com/weirproxy/weir/core/diagnose"
 	"github.com/weirproxy/weir/test/netns"
 )
 
@@ -245,4 +250,85 @@ func addKubeIPVS0() error {
 		return err
 	}
 	return netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: webVIP.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}})
+}
+
+// TestVMIPVSDiagnose runs weir diagnose in mode ipvs: in sync after sync
+// --once, then the virtual server deleted by hand is a kernel difference
+// that names the service, and diagnose exits 1.
+func TestVMIPVSDiagnose(t *testing.T) {
+	netns.RequireRoot(t)
+	if !ipvsInKernel() {
+		t.Fatalf("no %s: the VM must load ip_vs", procIPVS)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(ipvsManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	topo := netns.NewThreePods(t)
+	args := []string{"--source-path", dir, "--node-name", demoNode, "--mode", "ipvs"}
+	weirInVM(t, topo.Node, append([]string{"sync", "--once"}, args...)...)
+	code, rep := diagnoseInVM(t, topo.Node, append([]string{"default/web"}, args...)...)
+	if code != 0 || rep.Mode != "ipvs" || !slices.Contains(codes(rep), "info kernel.in-sync") {
+		t.Errorf("after sync --once: exit %d, mode %q, %q; want exit 0 and the kernel in sync", code, rep.Mode, codes(rep))
+	}
+	err := topo.Node.Do(func() error {
+		h, err := ipvs.New("")
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		services, err := h.GetServices()
+		if err != nil {
+			return err
+		}
+		for _, s := range services {
+			if s.Address.Equal(net.ParseIP("10.96.0.10")) {
+				return h.DelService(s)
+			}
+		}
+		return fmt.Errorf("no virtual server 10.96.0.10 among %d", len(services))
+	})
+	if err != nil {
+		t.Fatalf("delete the virtual server by hand: %v", err)
+	}
+	code, rep = diagnoseInVM(t, topo.Node, append([]string{"default/web"}, args...)...)
+	if code != exitFailed || !slices.Contains(codes(rep), "broken kernel.differs") {
+		t.Errorf("after the virtual server was deleted: exit %d, %q; want exit %d and kernel.differs", code, codes(rep), exitFailed)
+	}
+}
+
+// diagnoseInVM runs this test binary as weir diagnose -o json inside ns
+// and returns its exit code and report.
+func diagnoseInVM(t *testing.T, ns *netns.Namespace, args ...string) (int, diagnose.Report) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out []byte
+	var code int
+	err = ns.Do(func() error {
+		cmd := exec.CommandContext(ctx, self, append([]string{"diagnose", "-o", "json"}, args...)...)
+		cmd.Env = append(weirEnv(), runAsWeir+"=1")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		var rerr error
+		out, rerr = cmd.Output()
+		code = cmd.ProcessState.ExitCode()
+		if ee := new(exec.ExitError); rerr != nil && !errors.As(rerr, &ee) {
+			return fmt.Errorf("%w: %s", rerr, stderr.String())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("weir diagnose %s: %v", strings.Join(args, " "), err)
+	}
+	t.Logf("weir diagnose %s: exit %d\n%s", strings.Join(args, " "), code, out)
+	var rep diagnose.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("weir diagnose %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return code, rep
 }
