@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/core/diagnose"
 	"github.com/weirproxy/weir/core/source/files"
 	"github.com/weirproxy/weir/core/source/kubernetes"
@@ -30,11 +32,14 @@ func diagnoseFlags(fs *pflag.FlagSet) {
 	loadFlags(fs)
 	fs.StringP("output", "o", "text", "output format: text or json")
 	fs.Bool("all", false, "every service, listing only those with warnings or worse")
+	fs.String("from", "", "trace: the client's address")
+	fs.String("to", "", "trace: the address and port connected to, ADDR:PORT[/PROTO] (TCP by default)")
 }
 
 // diagnoseTarget is what one weir diagnose run looks at.
 type diagnoseTarget struct {
-	node bool   // weir diagnose node: the node checks alone
+	node  bool // weir diagnose node: the node checks alone
+	trace bool // weir diagnose trace: one connection
 	all  bool   // --all
 	name string // namespace/name
 	port string // the port asked for, "" for every port
@@ -48,9 +53,11 @@ func parseDiagnoseTarget(args []string, all bool) (diagnoseTarget, error) {
 	case all:
 		return diagnoseTarget{all: true}, nil
 	case len(args) != 1:
-		return diagnoseTarget{}, fmt.Errorf("%w: want one of NAMESPACE/NAME[:PORT], --all or node", errUsage)
+		return diagnoseTarget{}, fmt.Errorf("%w: want one of NAMESPACE/NAME[:PORT], --all, node or trace", errUsage)
 	case args[0] == "node":
 		return diagnoseTarget{node: true}, nil
+	case args[0] == "trace":
+		return diagnoseTarget{trace: true}, nil
 	}
 	name, port, _ := strings.Cut(args[0], ":")
 	ns, n, ok := strings.Cut(name, "/")
@@ -74,6 +81,9 @@ func runDiagnose(env *environment) error {
 	if err != nil {
 		return err
 	}
+	if !target.trace && (env.flags.Changed("from") || env.flags.Changed("to")) {
+		return fmt.Errorf("%w: --from and --to go with trace: weir diagnose trace --from ADDR --to ADDR:PORT[/PROTO]", errUsage)
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	load, cancelLoad, err := loading(ctx, env)
@@ -82,6 +92,12 @@ func runDiagnose(env *environment) error {
 	}
 	defer cancelLoad()
 	rep := &diagnose.Report{Mode: env.cfg.Mode, From: "source"}
+	if target.trace {
+		if err := diagnoseTrace(ctx, load, env, rep); err != nil {
+			return err
+		}
+		return writeReport(env, output, rep)
+	}
 	nodeFindings := diagnose.CheckNode(ctx, nodeCheckOptions(env))
 	if target.node {
 		rep.Add(nodeFindings...)
@@ -91,7 +107,14 @@ func runDiagnose(env *environment) error {
 			return err
 		}
 	}
-	if output == "json" {
+	return writeReport(env, output, rep)
+}
+
+// writeReport prints the report in format text or json, and fails with
+// errFindings when a finding is broken.
+func writeReport(env *environment, format string, rep *diagnose.Report) error {
+	var err error
+	if format == "json" {
 		err = rep.WriteJSON(env.stdout)
 	} else {
 		err = rep.WriteText(env.stdout)
@@ -103,6 +126,53 @@ func runDiagnose(env *environment) error {
 		return errFindings
 	}
 	return nil
+}
+
+// diagnoseTrace explains one connection, --from to --to, from the plan
+// computed from the source.
+func diagnoseTrace(ctx, load context.Context, env *environment, rep *diagnose.Report) error {
+	in, err := traceInput(env)
+	if err != nil {
+		return err
+	}
+	st, err := diagnosePlan(ctx, load, env)
+	if err != nil {
+		return err
+	}
+	in.Plan = st.final
+	rep.Add(diagnose.Trace(in)...)
+	return nil
+}
+
+// traceInput reads --from and --to, and the configuration's masquerade
+// settings.
+func traceInput(env *environment) (diagnose.TraceInput, error) {
+	fromText, _ := env.flags.GetString("from")
+	toText, _ := env.flags.GetString("to")
+	from, err := netip.ParseAddr(fromText)
+	if err != nil {
+		return diagnose.TraceInput{}, fmt.Errorf("%w: trace needs --from ADDR: %q: %w", errUsage, fromText, err)
+	}
+	addrPort, proto, _ := strings.Cut(toText, "/")
+	to, err := netip.ParseAddrPort(addrPort)
+	if err != nil {
+		return diagnose.TraceInput{}, fmt.Errorf("%w: trace needs --to ADDR:PORT[/PROTO]: %q: %w", errUsage, toText, err)
+	}
+	p := plan.Protocol(strings.ToUpper(proto))
+	switch p {
+	case "":
+		p = plan.TCP
+	case plan.TCP, plan.UDP, plan.SCTP:
+	default:
+		return diagnose.TraceInput{}, fmt.Errorf("%w: --to %q: protocol %q: use TCP, UDP or SCTP", errUsage, toText, proto)
+	}
+	c := env.cfg
+	detector := c.LocalDetector.Mode
+	if detector == "" {
+		detector = backends.DetectClusterCIDR
+	}
+	return diagnose.TraceInput{From: from, To: to, Protocol: p, Mode: c.Mode, Detector: detector, ClusterCIDRs: c.ClusterCIDRs,
+		PodInterface: c.LocalDetector.InterfaceNamePrefix, MasqueradeAll: c.MasqueradeAll}, nil
 }
 
 // diagnoseServices adds the findings of the service asked for, or of every

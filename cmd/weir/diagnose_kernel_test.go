@@ -252,3 +252,57 @@ func TestKernelDiagnoseIPTables(t *testing.T) {
 		})
 	}
 }
+
+// TestKernelDiagnoseTrace commits a load balancer whose source ranges
+// exclude a client and traces connections through it: the excluded client
+// is dropped by the source range (exit 1); an allowed one reaches the
+// endpoint with its address kept under externalTrafficPolicy Local; a
+// pod's connection to the cluster IP of the demo's web service names its
+// endpoints and shares.
+func TestKernelDiagnoseTrace(t *testing.T) {
+	netns.RequireRoot(t)
+	weir := buildWeir(t)
+	topo := netns.NewThreePods(t)
+	dir := copyDemo(t)
+	lb := `apiVersion: v1
+kind: Service
+metadata: {name: lb, namespace: default}
+spec:
+  type: LoadBalancer
+  clusterIP: 10.96.0.20
+  externalTrafficPolicy: Local
+  loadBalancerSourceRanges: [203.0.113.0/24]
+  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30081}]
+status: {loadBalancer: {ingress: [{ip: 192.0.2.100}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: lb-1, namespace: default, labels: {kubernetes.io/service-name: lb}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+` + demoEndpoint("10.244.0.11", demoNode, readyCond)
+	if err := os.WriteFile(filepath.Join(dir, "lb.yaml"), []byte(lb), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--source-path", dir, "--node-name", demoNode, "--cluster-cidrs", "10.244.0.0/16", "--service-cidrs", "10.96.0.0/16"}
+	runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, args...)...)
+	tests := []struct {
+		from, to string
+		code     int
+		want     string // a code
+		message  string // in that finding's message
+	}{
+		{"198.51.100.7", "192.0.2.100:80", exitFailed, "trace.dropped-source-range", "outside the load balancer's source ranges"},
+		{"203.0.113.9", "192.0.2.100:80/tcp", 0, "trace.masquerade", "not masqueraded: the endpoint sees 203.0.113.9"},
+		{"10.244.0.12", "10.96.0.10:80", 0, "trace.endpoints", "10.244.0.11:8080 (33.3%), 10.244.0.12:8080 (33.3%), 10.244.0.13:8080 (33.3%)"},
+		{"10.244.0.12", "10.96.0.99:80", exitFailed, "trace.dropped-no-service", "no service has 10.96.0.99:80/TCP"},
+	}
+	for _, tt := range tests {
+		code, rep := diagnoseRun(t, topo.Node, weir, append([]string{"trace", "--from", tt.from, "--to", tt.to}, args...)...)
+		i := slices.IndexFunc(rep.Findings, func(f diagnose.Finding) bool { return f.Code == tt.want })
+		if code != tt.code || i < 0 || !strings.Contains(rep.Findings[i].Message, tt.message) {
+			t.Errorf("trace %s → %s: exit %d, %q; want exit %d and %s saying %q", tt.from, tt.to, code, codes(rep), tt.code, tt.want, tt.message)
+		}
+	}
+}

@@ -47,6 +47,10 @@ func TestUsageErrors(t *testing.T) {
 		{"diagnose with an empty port", []string{"diagnose", "default/web:", "--source-path", "testdata/manifests"}, []string{`default/web:\": want NAMESPACE/NAME`}},
 		{"diagnose --all with a service", []string{"diagnose", "--all", "default/web", "--source-path", "testdata/manifests"}, []string{"--all takes no service"}},
 		{"diagnose two services", []string{"diagnose", "default/a", "default/b", "--source-path", "testdata/manifests"}, []string{"want one of"}},
+		{"trace without --from", []string{"diagnose", "trace", "--to", "10.96.0.10:80", "--source-path", "testdata/manifests"}, []string{"trace needs --from ADDR"}},
+		{"trace with a bad protocol", []string{"diagnose", "trace", "--from", "10.0.0.1", "--to", "10.96.0.10:80/ICMP", "--source-path", "testdata/manifests"},
+			[]string{"use TCP, UDP or SCTP"}},
+		{"--from without trace", []string{"diagnose", "default/web", "--from", "10.0.0.1", "--source-path", "testdata/manifests"}, []string{"--from and --to go with trace"}},
 		{"diagnose bad output", []string{"diagnose", "-o", "yaml", "default/web", "--source-path", "testdata/manifests"}, []string{"--output", "yaml", "use text or json"}},
 	}
 	for _, tt := range tests {
