@@ -202,13 +202,16 @@ func diagnoseServices(ctx, load context.Context, env *environment, target diagno
 			Message: "hook plugins failed and their failure policies applied: " + st.pluginErr.Error()})
 	}
 	names := []string{target.name}
+	flowsOf := st.finals[target.name]
 	if target.all {
 		names = slices.Sorted(maps.Keys(objs.Services))
+		flowsOf = st.final.Services
 	}
+	flows := readFlows(ctx, env, flowsOf, rep)
 	for _, name := range names {
 		in := diagnose.ServiceInput{Name: name, Port: target.port, Service: objs.Services[name], Slices: objs.Slices[name],
 			Node: env.cfg.NodeName, Planned: st.planned[name], Final: st.finals[name], Problems: st.problems(name),
-			Changes: st.changes[name], Kernel: kernel}
+			Changes: st.changes[name], Kernel: kernel, Flows: flows}
 		found := diagnose.Service(in)
 		if target.all {
 			found = worthListing(found)
@@ -229,6 +232,7 @@ func daemonService(ctx context.Context, env *environment, daemon *daemonClient, 
 	in := diagnose.ServiceInput{Name: target.name, Port: target.port, Service: objs.Services[target.name],
 		Slices: objs.Slices[target.name], Node: env.cfg.NodeName, Planned: keyed(view.Planned), Final: keyed(view.Final),
 		Problems: view.Problems, Kernel: readKernel(ctx, env, daemon.planOf(view), rep)}
+	in.Flows = readFlows(ctx, env, in.Final, rep)
 	rep.Add(diagnose.Service(in)...)
 	now := time.Now()
 	for _, k := range slices.Sorted(maps.Keys(view.Committed)) {

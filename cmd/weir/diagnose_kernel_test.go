@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -304,5 +305,63 @@ endpoints:
 		if code != tt.code || i < 0 || !strings.Contains(rep.Findings[i].Message, tt.message) {
 			t.Errorf("trace %s → %s: exit %d, %q; want exit %d and %s saying %q", tt.from, tt.to, code, codes(rep), tt.code, tt.want, tt.message)
 		}
+	}
+}
+
+// TestKernelDiagnoseStaleUDP leaves a UDP flow pointing at an endpoint
+// that no longer serves (sync --once clears no conntrack entries, as a
+// weir run that was down would not have): diagnose names the stale flow
+// and exits 1.
+func TestKernelDiagnoseStaleUDP(t *testing.T) {
+	netns.RequireRoot(t)
+	weir := buildWeir(t)
+	topo := netns.NewThreePods(t)
+	dir := copyDemo(t)
+	dns := func(addr string) string {
+		return `apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: default}
+spec:
+  clusterIP: 10.96.0.53
+  ports: [{name: dns, protocol: UDP, port: 53, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: dns-1, namespace: default, labels: {kubernetes.io/service-name: dns}}
+addressType: IPv4
+ports: [{name: dns, port: 8080, protocol: UDP}]
+endpoints:
+` + demoEndpoint(addr, demoNode, readyCond)
+	}
+	path := filepath.Join(dir, "dns.yaml")
+	if err := os.WriteFile(path, []byte(dns("10.244.0.11")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--source-path", dir, "--node-name", demoNode}
+	runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, args...)...)
+	vip := netip.MustParseAddrPort("10.96.0.53:53")
+	c, err := topo.Client.DialUDP(netip.AddrPortFrom(topo.ClientIP, 40153), vip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if a, err := c.Ask(ctx); err != nil || a.Pod != "pod-a" {
+		t.Fatalf("UDP to %s: %v, %v; want pod-a", vip, a, err)
+	}
+	code, rep := diagnoseRun(t, topo.Node, weir, append([]string{"default/dns"}, args...)...)
+	if code != 0 || !slices.Contains(codes(rep), "info conntrack.flows") {
+		t.Errorf("with pod-a serving: exit %d, %q; want exit 0 and the flow counted", code, codes(rep))
+	}
+
+	if err := os.WriteFile(path, []byte(dns("10.244.0.12")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runWeir(t, topo.Node, weir, append([]string{"sync", "--once"}, args...)...)
+	code, rep = diagnoseRun(t, topo.Node, weir, append([]string{"default/dns"}, args...)...)
+	i := slices.IndexFunc(rep.Findings, func(f diagnose.Finding) bool { return f.Code == "conntrack.stale" })
+	if code != exitFailed || i < 0 || !strings.Contains(rep.Findings[i].Message, "still goes to 10.244.0.11") {
+		t.Errorf("after pod-a left: exit %d, %q; want exit %d and conntrack.stale naming 10.244.0.11", code, codes(rep), exitFailed)
 	}
 }

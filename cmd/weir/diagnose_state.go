@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
 	"github.com/weirproxy/weir/backends"
+	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/core/diagnose"
 	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/hooks"
@@ -113,4 +115,42 @@ func nodeCheckOptions(env *environment) diagnose.NodeOptions {
 		LocalhostNodePorts: c.LocalhostNodePorts && !c.NodePortAddresses.Primary && len(c.NodePortAddresses.CIDRs) == 0,
 		HealthzAddress:     c.HealthzBindAddress, MetricsAddress: c.MetricsBindAddress, DualStack: dual,
 	}
+}
+
+// readFlows counts the conntrack table's entries to the destinations of
+// services' ports, in one read of the table; when it cannot, it says why
+// in a warning and returns nil.
+func readFlows(ctx context.Context, env *environment, services map[plan.Key]*plan.Service, rep *diagnose.Report) map[plan.Key][]conntrack.FlowCount {
+	ct, err := conntrack.New(0, env.log)
+	if err == nil {
+		defer ct.Close()
+	}
+	var serving []conntrack.Serving
+	var owners []plan.Key
+	for _, k := range slices.SortedFunc(maps.Keys(services), plan.Key.Compare) {
+		for _, s := range conntrack.DestinationsOf(services[k]) {
+			serving = append(serving, s)
+			owners = append(owners, k)
+		}
+	}
+	if len(serving) == 0 {
+		return map[plan.Key][]conntrack.FlowCount{}
+	}
+	var counts []conntrack.FlowCount
+	if err == nil {
+		counts, err = ct.Count(ctx, serving)
+	}
+	if err != nil {
+		rep.Add(diagnose.Finding{Code: "conntrack.unread", Severity: diagnose.Warning, Subject: "conntrack",
+			Message: "cannot read the conntrack table, so the flows are not counted: " + err.Error()})
+		return nil
+	}
+	out := map[plan.Key][]conntrack.FlowCount{}
+	for k := range services {
+		out[k] = []conntrack.FlowCount{}
+	}
+	for i, c := range counts {
+		out[owners[i]] = append(out[owners[i]], c)
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -42,6 +43,9 @@ type ServiceInput struct {
 	// Kernel holds, per port, each difference between the final plan and
 	// the kernel's rules; nil when the kernel was not read.
 	Kernel map[plan.Key][]string
+	// Flows holds, per port, the conntrack table's entries to its
+	// destinations; nil when the table was not read.
+	Flows map[plan.Key][]conntrack.FlowCount
 }
 
 // PluginChange is one hook plugin's change of one service port.
@@ -128,6 +132,9 @@ func portFindings(in ServiceInput, sp corev1.ServicePort) []Finding {
 		out = append(out, policyFindings(subject, planned)...)
 		out = append(out, pluginFindings(subject, planned, in.Final[k], in.Changes)...)
 		out = append(out, kernelFindings(subject, in.Kernel, k)...)
+		if in.Flows != nil {
+			out = append(out, flowFindings(subject, k.Protocol, in.Flows[k])...)
+		}
 	}
 	return out
 }

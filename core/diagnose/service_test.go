@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -176,5 +177,26 @@ func TestReportOutput(t *testing.T) {
 	_ = r.WriteJSON(&buf)
 	if err := json.Unmarshal([]byte(buf.String()), &back); err != nil || back.Findings[0].Severity != Broken {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
+	}
+}
+
+func TestFlowFindings(t *testing.T) {
+	a, b := netip.MustParseAddr("10.244.0.11"), netip.MustParseAddr("10.244.0.12")
+	counts := []conntrack.FlowCount{{Protocol: plan.UDP, ByEndpoint: map[netip.Addr]int{a: 2}, Stale: 1, StaleFrom: []netip.Addr{b}}}
+	got := flowFindings("default/dns:dns/UDP", plan.UDP, counts)
+	if len(got) != 2 || got[0].Code != "conntrack.flows" || !strings.Contains(got[0].Message, "3 tracked flows to its addresses: 10.244.0.11 2") ||
+		got[1].Code != "conntrack.stale" || got[1].Severity != Broken || !strings.Contains(got[1].Message, "1 UDP flow still goes to 10.244.0.12") {
+		t.Errorf("UDP with a stale flow: %+v", got)
+	}
+	got = flowFindings("default/web:http/TCP", plan.TCP, counts)
+	if len(got) != 2 || got[1].Code != "conntrack.old-connections" || got[1].Severity != Info {
+		t.Errorf("TCP with an old connection: %+v", got)
+	}
+	counts[0].Stale, counts[0].StaleFrom = 0, nil
+	if got = flowFindings("default/dns:dns/UDP", plan.UDP, counts); len(got) != 1 || got[0].Severity != Info {
+		t.Errorf("no stale flows: %+v", got)
+	}
+	if got = flowFindings("default/dns:dns/UDP", plan.UDP, nil); got != nil {
+		t.Errorf("table not read: %+v", got)
 	}
 }
