@@ -53,6 +53,7 @@ func TestWeirServesTraffic(t *testing.T) {
 	if a, err := dial(c.topo.Client, c.nodePort, 3*time.Second); err != nil || a.Source.Addr() != c.topo.NodeIP {
 		t.Errorf("node port %s: answer %v, %v; want the source masqueraded to %s", c.nodePort, a, err, c.topo.NodeIP)
 	}
+	t.Run("diagnose", c.diagnose)
 	if t.Run("scale down", c.scaleDown) {
 		t.Run("API server outage", c.outage)
 	}
