@@ -79,15 +79,11 @@ type kernelState struct {
 // them with the final plan, by service port. Destinations the kernel
 // serves for no planned service are left out: no service owns them.
 func kernelDifferences(ctx context.Context, env *environment, final *plan.Plan) (*kernelState, error) {
-	be, err := newBackend(env)
+	reader, closeReader, err := newReader(env)
 	if err != nil {
 		return nil, err
 	}
-	defer be.Close()
-	reader, ok := be.(backends.Reader)
-	if !ok {
-		return nil, fmt.Errorf("mode %s cannot read its rules back", env.cfg.Mode)
-	}
+	defer closeReader()
 	want, owners := reader.Expected(final)
 	got, err := reader.ReadBack(ctx)
 	if err != nil {

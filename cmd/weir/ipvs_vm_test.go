@@ -71,15 +71,7 @@ endpoints:
 // server has the scheduler and the masquerade chains the flavour. Then
 // `weir cleanup`, in the default mode, removes all of it.
 func TestVMIPVS(t *testing.T) {
-	netns.RequireRoot(t)
-	if !ipvsInKernel() {
-		t.Fatalf("no %s: the VM must load ip_vs", procIPVS)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(ipvsManifests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	topo := netns.NewThreePods(t)
+	dir, topo := ipvsNode(t)
 	const ifName = "weir-test0"
 	out := weirInVM(t, topo.Node, "sync", "--once", "--source-path", dir, "--node-name", demoNode,
 		"--mode", "ipvs", "--ipvs-scheduler", "wrr", "--ipvs-interface", ifName, "--iptables-backend", "legacy")
@@ -153,6 +145,21 @@ func TestVMIPVS(t *testing.T) {
 	}
 }
 
+// ipvsNode checks that the VM has IPVS, writes the web service's
+// manifests into a folder and returns it with a node of three pods.
+func ipvsNode(t *testing.T) (string, *netns.Topology) {
+	t.Helper()
+	netns.RequireRoot(t)
+	if !ipvsInKernel() {
+		t.Fatalf("no %s: the VM must load ip_vs", procIPVS)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(ipvsManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, netns.NewThreePods(t)
+}
+
 // weirInVM runs this test binary as weir inside ns, fails the test unless
 // it exits 0, and returns its output. The process is started from a thread
 // inside ns, so all of it runs there (no `ip netns exec`).
@@ -187,15 +194,7 @@ func weirInVM(t *testing.T, ns *netns.Namespace, args ...string) string {
 // address and port) and takes over: the cluster IP still answers from
 // every pod.
 func TestVMIPVSHandBack(t *testing.T) {
-	netns.RequireRoot(t)
-	if !ipvsInKernel() {
-		t.Fatalf("no %s: the VM must load ip_vs", procIPVS)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(ipvsManifests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	topo := netns.NewThreePods(t)
+	dir, topo := ipvsNode(t)
 	const ifName = "weir-test0"
 	weirInVM(t, topo.Node, "sync", "--once", "--source-path", dir, "--node-name", demoNode,
 		"--mode", "ipvs", "--ipvs-interface", ifName, "--iptables-backend", "legacy")
@@ -256,15 +255,7 @@ func addKubeIPVS0() error {
 // --once, then the virtual server deleted by hand is a kernel difference
 // that names the service, and diagnose exits 1.
 func TestVMIPVSDiagnose(t *testing.T) {
-	netns.RequireRoot(t)
-	if !ipvsInKernel() {
-		t.Fatalf("no %s: the VM must load ip_vs", procIPVS)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(ipvsManifests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	topo := netns.NewThreePods(t)
+	dir, topo := ipvsNode(t)
 	args := []string{"--source-path", dir, "--node-name", demoNode, "--mode", "ipvs"}
 	weirInVM(t, topo.Node, append([]string{"sync", "--once"}, args...)...)
 	code, rep := diagnoseInVM(t, topo.Node, append([]string{"default/web"}, args...)...)

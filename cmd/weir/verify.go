@@ -81,15 +81,11 @@ func runVerify(env *environment) error {
 // the final plan, loading the source and the plugins within load, and
 // compares the two.
 func verify(ctx, load context.Context, env *environment) (*verifyResult, error) {
-	be, err := newBackend(env)
+	reader, closeReader, err := newReader(env)
 	if err != nil {
 		return nil, err
 	}
-	defer be.Close()
-	reader, ok := be.(backends.Reader)
-	if !ok {
-		return nil, fmt.Errorf("mode %s: this backend cannot read its rules back from the kernel, so there is nothing to verify against", env.cfg.Mode)
-	}
+	defer closeReader()
 	chain, err := newChain(load, env, hooks.Options{})
 	if err != nil {
 		return nil, err
@@ -124,6 +120,21 @@ func verify(ctx, load context.Context, env *environment) (*verifyResult, error) 
 		res.Divergences = append(res.Divergences, jsonDivergence(d))
 	}
 	return res, nil
+}
+
+// newReader builds the configured mode's backend, only to read the kernel
+// through it; closeReader releases it.
+func newReader(env *environment) (reader backends.Reader, closeReader func(), err error) {
+	be, err := newBackend(env)
+	if err != nil {
+		return nil, nil, err
+	}
+	reader, ok := be.(backends.Reader)
+	if !ok {
+		be.Close()
+		return nil, nil, fmt.Errorf("mode %s: this backend cannot read its rules back from the kernel", env.cfg.Mode)
+	}
+	return reader, func() { be.Close() }, nil
 }
 
 // leaveKeptOut splits the divergences into those that count and those of

@@ -31,17 +31,7 @@ func ServingOf(s *plan.Service) []Serving {
 	if s == nil || protoNumber(s.Key.Protocol) == 0 {
 		return nil
 	}
-	var eps []netip.Addr
-	for _, e := range s.Endpoints {
-		if e.Serving {
-			eps = append(eps, e.Address.Unmap())
-		}
-	}
-	var out []Serving
-	for _, d := range destinations(s) {
-		out = append(out, Serving{Protocol: s.Key.Protocol, Dest: d, Endpoints: eps})
-	}
-	return out
+	return DestinationsOf(s)
 }
 
 // Deleted counts deleted conntrack entries per IP family, as the metrics
