@@ -45,7 +45,8 @@ func decode(t *testing.T, what string, doc []byte, obj any) {
 }
 
 // loadConfig loads the file at path with the environment the DaemonSet
-// gives Weir (a field reference reads "node-a").
+// gives Weir (a field reference reads "node-a"), its WEIR_CONFIG pointed
+// at path.
 func loadConfig(t *testing.T, path string) *config.Config {
 	t.Helper()
 	var ds appsv1.DaemonSet
@@ -54,6 +55,8 @@ func loadConfig(t *testing.T, path string) *config.Config {
 	for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
 		v := e.Value
 		switch {
+		case e.Name == "WEIR_CONFIG":
+			continue // path, set above
 		case e.ValueFrom == nil:
 		case e.ValueFrom.FieldRef != nil:
 			v = "node-a"
@@ -152,8 +155,11 @@ func TestDaemonSet(t *testing.T) {
 			t.Errorf("volume mount %s has no volume", name)
 		}
 	}
-	if mounts["config"] != "/etc/weir" || !slices.Contains(c.Args, "/etc/weir/weir.yaml") {
-		t.Errorf("the config is mounted at %q; args %q", mounts["config"], c.Args)
+	// WEIR_CONFIG rather than --config: kubectl exec's commands (weir
+	// diagnose, verify) inherit it.
+	if mounts["config"] != "/etc/weir" || env["WEIR_CONFIG"].Value != "/etc/weir/weir.yaml" || !slices.Equal(c.Args, []string{"run"}) {
+		t.Errorf("the config is mounted at %q; WEIR_CONFIG %q, args %q; want /etc/weir/weir.yaml from WEIR_CONFIG and args [run]",
+			mounts["config"], env["WEIR_CONFIG"].Value, c.Args)
 	}
 	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/livez" {
 		t.Errorf("liveness probe %+v, want /livez", c.LivenessProbe)
