@@ -210,7 +210,7 @@ func diagnoseServices(ctx, load context.Context, env *environment, target diagno
 	flows := readFlows(ctx, env, flowsOf, rep)
 	for _, name := range names {
 		in := diagnose.ServiceInput{Name: name, Port: target.port, Service: objs.Services[name], Slices: objs.Slices[name],
-			Node: env.cfg.NodeName, Planned: st.planned[name], Final: st.finals[name], Problems: st.problems(name),
+			Node: env.cfg.NodeName, Zone: st.final.Node.Zone, Planned: st.planned[name], Final: st.finals[name], Problems: st.problems(name),
 			Changes: st.changes[name], Kernel: kernel, Flows: flows}
 		found := diagnose.Service(in)
 		if target.all {
@@ -230,7 +230,8 @@ func daemonService(ctx context.Context, env *environment, daemon *daemonClient, 
 		return fmt.Errorf("the running weir's debug endpoint: %w", err)
 	}
 	in := diagnose.ServiceInput{Name: target.name, Port: target.port, Service: objs.Services[target.name],
-		Slices: objs.Slices[target.name], Node: env.cfg.NodeName, Planned: keyed(view.Planned), Final: keyed(view.Final),
+		Slices: objs.Slices[target.name], Node: env.cfg.NodeName, Zone: daemon.status.PlanNode.Zone,
+		Planned: keyed(view.Planned), Final: keyed(view.Final),
 		Problems: view.Problems, Kernel: readKernel(ctx, env, daemon.planOf(view), rep)}
 	in.Flows = readFlows(ctx, env, in.Final, rep)
 	rep.Add(diagnose.Service(in)...)

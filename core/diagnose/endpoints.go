@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -15,7 +16,10 @@ import (
 type endpointCounts struct {
 	total, ready, servingTerminating, terminating, notReady int
 	local, forCluster                                       int
-	zones                                                   map[string]int
+	zones, nodes                                            map[string]int
+	// hints counts the ready endpoints with zone or node hints, and
+	// hintedHere those whose hints name this node or its zone.
+	hints, hintedHere int
 }
 
 func countEndpoints(eps []plan.Endpoint) endpointCounts {
@@ -47,8 +51,8 @@ func countEndpoints(eps []plan.Endpoint) endpointCounts {
 // sliceCounts counts the endpoints the slices list for the Service port
 // named port, by their conditions as kube-proxy reads them (ready unset
 // is ready, serving unset follows ready, terminating unset is false).
-func sliceCounts(slices []*discoveryv1.EndpointSlice, port, node string) endpointCounts {
-	c := endpointCounts{zones: map[string]int{}}
+func sliceCounts(slices []*discoveryv1.EndpointSlice, port, node, zone string) endpointCounts {
+	c := endpointCounts{zones: map[string]int{}, nodes: map[string]int{}}
 	for _, s := range slices {
 		if !sliceHasPort(s, port) {
 			continue
@@ -71,8 +75,14 @@ func sliceCounts(slices []*discoveryv1.EndpointSlice, port, node string) endpoin
 			default:
 				c.notReady++
 			}
-			if e.NodeName != nil && *e.NodeName == node {
-				c.local++
+			if e.NodeName != nil && *e.NodeName != "" {
+				c.nodes[*e.NodeName]++
+				if *e.NodeName == node {
+					c.local++
+				}
+			}
+			if ready && !terminating {
+				c.countHints(e.Hints, node, zone)
 			}
 			if e.Zone != nil && *e.Zone != "" {
 				c.zones[*e.Zone]++
@@ -80,6 +90,43 @@ func sliceCounts(slices []*discoveryv1.EndpointSlice, port, node string) endpoin
 		}
 	}
 	return c
+}
+
+// countHints counts a ready endpoint's topology hints.
+func (c *endpointCounts) countHints(h *discoveryv1.EndpointHints, node, zone string) {
+	if h == nil || len(h.ForZones) == 0 && len(h.ForNodes) == 0 {
+		return
+	}
+	c.hints++
+	for _, z := range h.ForZones {
+		if z.Name == zone && zone != "" {
+			c.hintedHere++
+			return
+		}
+	}
+	for _, n := range h.ForNodes {
+		if n.Name == node {
+			c.hintedHere++
+			return
+		}
+	}
+}
+
+// topologyIgnored says why the slices' hints are not followed, as the
+// planner decides like kube-proxy: every ready endpoint must carry hints
+// and one must name this node or its zone; "" when there are none.
+func (c endpointCounts) topologyIgnored(zone string) string {
+	switch {
+	case c.hints == 0:
+		return ""
+	case c.hints < c.ready:
+		return fmt.Sprintf("only %d of the %d ready endpoints carry hints", c.hints, c.ready)
+	case zone == "":
+		return "this node has no zone (its topology.kubernetes.io/zone label)"
+	case c.hintedHere == 0:
+		return fmt.Sprintf("no hint names this node or its zone %s", zone)
+	}
+	return "the planner found them unusable"
 }
 
 // sliceHasPort says whether the slice lists the Service port named port.
@@ -94,7 +141,7 @@ func sliceHasPort(s *discoveryv1.EndpointSlice, port string) bool {
 
 // endpointFindings reports a port's endpoints: c counts them as the
 // slices list them, s is the planner's service, before the plugins.
-func endpointFindings(subject, node string, c endpointCounts, s *plan.Service) []Finding {
+func endpointFindings(subject, node, zone string, c endpointCounts, s *plan.Service) []Finding {
 	c.forCluster = countEndpoints(s.Endpoints).forCluster
 	f := func(code string, sev Severity, format string, args ...any) Finding {
 		return Finding{Code: code, Severity: sev, Subject: subject, Message: fmt.Sprintf(format, args...)}
@@ -116,8 +163,11 @@ func endpointFindings(subject, node string, c endpointCounts, s *plan.Service) [
 			c.servingTerminating))
 	case c.forCluster > 0 && c.forCluster < c.ready:
 		out = append(out, f("endpoints.topology", Info,
-			"topology in force: cluster traffic from this node goes to %d of the %d ready endpoints (those hinted for this node's zone)",
+			"topology in force: cluster traffic from this node goes to %d of the %d ready endpoints (those hinted for this node or its zone)",
 			c.forCluster, c.ready))
+	case c.topologyIgnored(zone) != "":
+		out = append(out, f("endpoints.topology-ignored", Info,
+			"the EndpointSlices carry topology hints, but they are not followed: %s; traffic goes to every ready endpoint", c.topologyIgnored(zone)))
 	}
 	return out
 }
@@ -137,14 +187,29 @@ func (c endpointCounts) describe(node string) string {
 	}
 	s := fmt.Sprintf("%d %s (%s), %d on this node (%s)", c.total, plural(c.total, "endpoint", "endpoints"),
 		strings.Join(parts, ", "), c.local, node)
+	if len(c.nodes) > 0 {
+		s += "; by node: " + countList(c.nodes, 5)
+	}
 	if len(c.zones) > 0 {
-		var zs []string
-		for _, z := range slices.Sorted(maps.Keys(c.zones)) {
-			zs = append(zs, fmt.Sprintf("%s %d", z, c.zones[z]))
-		}
-		s += "; by zone: " + strings.Join(zs, ", ")
+		s += "; by zone: " + countList(c.zones, 10)
 	}
 	return s
+}
+
+// countList formats counts by name, largest first, at most max of them.
+func countList(counts map[string]int, limit int) string {
+	names := slices.SortedFunc(maps.Keys(counts), func(a, b string) int {
+		return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a, b))
+	})
+	var parts []string
+	for i, n := range names {
+		if i == limit {
+			parts = append(parts, fmt.Sprintf("and %d more", len(names)-limit))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", n, counts[n]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // policyFindings reports what the traffic policies leave for this node.

@@ -30,8 +30,8 @@ type ServiceInput struct {
 	// Service is nil when the source has no such Service.
 	Service *corev1.Service
 	Slices  []*discoveryv1.EndpointSlice
-	// Node is this node's name.
-	Node string
+	// Node is this node's name, Zone its zone ("" when unknown).
+	Node, Zone string
 	// Planned and Final are the service's ports in the plan before and
 	// after the hook plugins.
 	Planned, Final map[plan.Key]*plan.Service
@@ -128,7 +128,8 @@ func portFindings(in ServiceInput, sp corev1.ServicePort) []Finding {
 			out = append(out, f)
 		}
 		planned := in.Planned[k]
-		out = append(out, endpointFindings(subject, in.Node, sliceCounts(in.Slices, sp.Name, in.Node), planned)...)
+		counts := sliceCounts(in.Slices, sp.Name, in.Node, in.Zone)
+		out = append(out, endpointFindings(subject, in.Node, in.Zone, counts, planned)...)
 		out = append(out, policyFindings(subject, planned)...)
 		out = append(out, pluginFindings(subject, planned, in.Final[k], in.Changes)...)
 		out = append(out, kernelFindings(subject, in.Kernel, k)...)

@@ -200,3 +200,47 @@ func TestFlowFindings(t *testing.T) {
 		t.Errorf("table not read: %+v", got)
 	}
 }
+
+func TestTopologyFindings(t *testing.T) {
+	hinted := func(zones ...string) *discoveryv1.EndpointSlice {
+		s := webSlice("http", "rs", "rs")
+		for i, z := range zones {
+			node := "node-" + z
+			s.Endpoints[i].NodeName, s.Endpoints[i].Zone = &node, &zones[i]
+			if z != "" {
+				s.Endpoints[i].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: z}}}
+			}
+		}
+		return s
+	}
+	inForce := planned(nil, ep("10.244.0.1", "rsc"), ep("10.244.0.2", "rs"))
+	everyone := planned(nil, ep("10.244.0.1", "rsc"), ep("10.244.0.2", "rsc"))
+	tests := []struct {
+		name    string
+		slice   *discoveryv1.EndpointSlice
+		zone    string
+		planned map[plan.Key]*plan.Service
+		want    string // a message fragment
+	}{
+		{"in force", hinted("a", "b"), "a", inForce, "goes to 1 of the 2 ready endpoints"},
+		{"an endpoint without hints", hinted("a", ""), "a", everyone, "only 1 of the 2 ready endpoints carry hints"},
+		{"no zone", hinted("a", "b"), "", everyone, "this node has no zone"},
+		{"no hint for this zone", hinted("a", "b"), "c", everyone, "no hint names this node or its zone c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Service(ServiceInput{Name: "default/web", Node: "node-a", Zone: tt.zone, Service: webService(),
+				Slices: []*discoveryv1.EndpointSlice{tt.slice}, Planned: tt.planned, Final: tt.planned})
+			var msgs []string
+			for _, f := range got {
+				msgs = append(msgs, f.Code+": "+f.Message)
+			}
+			if !strings.Contains(strings.Join(msgs, "\n"), tt.want) {
+				t.Errorf("no %q in:\n%s", tt.want, strings.Join(msgs, "\n"))
+			}
+			if !strings.Contains(strings.Join(msgs, "\n"), "by node: node-") {
+				t.Errorf("no per-node counts in:\n%s", strings.Join(msgs, "\n"))
+			}
+		})
+	}
+}
