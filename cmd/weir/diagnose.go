@@ -19,6 +19,7 @@ import (
 
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/core/diagnose"
+	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/core/source/files"
 	"github.com/weirproxy/weir/core/source/kubernetes"
 	"github.com/weirproxy/weir/sdk/plan"
@@ -184,14 +185,19 @@ func diagnoseServices(ctx, load context.Context, env *environment, target diagno
 	if err != nil {
 		return err
 	}
+	names := []string{target.name}
+	if target.all {
+		names = slices.Sorted(maps.Keys(objs.Services))
+	}
 	daemon := findDaemon(ctx, env.cfg.MetricsBindAddress)
 	if daemon != nil {
-		rep.Add(daemon.findings(time.Now())...)
-	}
-	if daemon != nil && !target.all {
 		rep.From = "daemon"
-		return daemonService(ctx, env, daemon, objs, target, rep)
+		rep.Add(daemon.findings(time.Now())...)
+		return daemonServices(ctx, env, daemon, objs, target, names, rep)
 	}
+	rep.Add(diagnose.Finding{Code: "sync.unknown", Severity: diagnose.Info, Subject: "weir",
+		Message: fmt.Sprintf("no weir run answers at the metrics address %q: the plan is computed from the source, and the last sync is unknown",
+			env.cfg.MetricsBindAddress)})
 	st, err := diagnosePlan(ctx, load, env)
 	if err != nil {
 		return err
@@ -201,10 +207,8 @@ func diagnoseServices(ctx, load context.Context, env *environment, target diagno
 		rep.Add(diagnose.Finding{Code: "plugins.failed", Severity: diagnose.Warning, Subject: "plugins",
 			Message: "hook plugins failed and their failure policies applied: " + st.pluginErr.Error()})
 	}
-	names := []string{target.name}
 	flowsOf := st.finals[target.name]
 	if target.all {
-		names = slices.Sorted(maps.Keys(objs.Services))
 		flowsOf = st.final.Services
 	}
 	flows := readFlows(ctx, env, flowsOf, rep)
@@ -221,24 +225,39 @@ func diagnoseServices(ctx, load context.Context, env *environment, target diagno
 	return nil
 }
 
-// daemonService adds the findings of one service as the running weir
-// holds it.
-func daemonService(ctx context.Context, env *environment, daemon *daemonClient, objs *files.Objects, target diagnoseTarget,
-	rep *diagnose.Report) error {
-	view, err := daemon.service(ctx, target.name)
-	if err != nil {
-		return fmt.Errorf("the running weir's debug endpoint: %w", err)
+// daemonServices adds the findings of the named services as the running
+// weir holds them: one request per service, then one read of the kernel
+// and of the conntrack table for all of them.
+func daemonServices(ctx context.Context, env *environment, daemon *daemonClient, objs *files.Objects, target diagnoseTarget,
+	names []string, rep *diagnose.Report) error {
+	views := make([]proxy.ServiceView, len(names))
+	var finals []*plan.Service
+	for i, name := range names {
+		v, err := daemon.service(ctx, name)
+		if err != nil {
+			return fmt.Errorf("the running weir's debug endpoint: %w", err)
+		}
+		views[i] = v
+		finals = append(finals, v.Final...)
 	}
-	in := diagnose.ServiceInput{Name: target.name, Port: target.port, Service: objs.Services[target.name],
-		Slices: objs.Slices[target.name], Node: env.cfg.NodeName, Zone: daemon.status.PlanNode.Zone,
-		Planned: keyed(view.Planned), Final: keyed(view.Final),
-		Problems: view.Problems, Kernel: readKernel(ctx, env, daemon.planOf(view), rep)}
-	in.Flows = readFlows(ctx, env, in.Final, rep)
-	rep.Add(diagnose.Service(in)...)
+	all := daemon.planOf(finals)
+	kernel := readKernel(ctx, env, all, rep)
+	flows := readFlows(ctx, env, all.Services, rep)
 	now := time.Now()
-	for _, k := range slices.Sorted(maps.Keys(view.Committed)) {
-		rep.Add(diagnose.Finding{Code: "sync.committed", Severity: diagnose.Info, Subject: k,
-			Message: fmt.Sprintf("its rules last changed in the kernel %s ago", now.Sub(view.Committed[k]).Round(time.Second))})
+	for i, name := range names {
+		v := views[i]
+		in := diagnose.ServiceInput{Name: name, Port: target.port, Service: objs.Services[name], Slices: objs.Slices[name],
+			Node: env.cfg.NodeName, Zone: daemon.status.PlanNode.Zone, Planned: keyed(v.Planned), Final: keyed(v.Final),
+			Problems: v.Problems, Kernel: kernel, Flows: flows}
+		found := diagnose.Service(in)
+		for _, k := range slices.Sorted(maps.Keys(v.Committed)) {
+			found = append(found, diagnose.Finding{Code: "sync.committed", Severity: diagnose.Info, Subject: k,
+				Message: fmt.Sprintf("its rules last changed in the kernel %s ago", now.Sub(v.Committed[k]).Round(time.Second))})
+		}
+		if target.all {
+			found = worthListing(found)
+		}
+		rep.Add(found...)
 	}
 	return nil
 }

@@ -105,11 +105,11 @@ func (d *daemonClient) findings(now time.Time) []diagnose.Finding {
 	return out
 }
 
-// planOf returns a plan holding the daemon's final services of a view,
-// with its node and service CIDRs: what the kernel should hold for them.
-func (d *daemonClient) planOf(v proxy.ServiceView) *plan.Plan {
+// planOf returns a plan holding the daemon's final services, with its
+// node and service CIDRs: what the kernel should hold for them.
+func (d *daemonClient) planOf(finals []*plan.Service) *plan.Plan {
 	p := &plan.Plan{Node: d.status.PlanNode, ServiceCIDRs: d.status.ServiceCIDRs, Services: map[plan.Key]*plan.Service{}}
-	for _, s := range v.Final {
+	for _, s := range finals {
 		p.Services[s.Key] = s
 	}
 	return p

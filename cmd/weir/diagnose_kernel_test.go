@@ -227,6 +227,17 @@ func TestKernelDiagnoseDaemon(t *testing.T) {
 		t.Errorf("after the endpoint stopped serving: exit %d, from %q, %q; want exit %d, endpoints.none-serving and the kernel in sync",
 			code, rep.From, codes(rep), exitFailed)
 	}
+
+	// --all lists only the broken web service, not the healthy web-nodeport.
+	code, rep = diagnoseRun(t, topo.Node, weir, append([]string{"--all"}, args...)...)
+	subjects := map[string]bool{}
+	for _, f := range rep.Findings {
+		subjects[f.Subject] = true
+	}
+	if code != exitFailed || rep.From != "daemon" || !subjects["default/web:http/TCP"] || subjects["default/web-nodeport:http/TCP"] {
+		t.Errorf("diagnose --all: exit %d, from %q, subjects %v; want exit %d from the daemon listing web and not web-nodeport",
+			code, rep.From, subjects, exitFailed)
+	}
 }
 
 // TestKernelDiagnoseIPTables checks diagnose in mode iptables, each

@@ -98,6 +98,7 @@ func objectFindings(in ServiceInput) (out []Finding, proceed bool) {
 		add("service.headless", Info, "headless (clusterIP None): clients reach the pods' addresses from DNS, with no proxy rules by design")
 		return out, false
 	}
+	add("service.summary", Info, "%s", summary(svc))
 	for _, p := range in.Problems {
 		add("service.bad-input", Broken, "left out as bad input: %s", p)
 	}
@@ -175,6 +176,27 @@ func kernelFindings(subject string, kernel map[plan.Key][]string, k plan.Key) []
 			Message: "the kernel differs from the plan: " + d + " (weir run repairs it at its next sync; if it comes back, something else writes these rules)"})
 	}
 	return out
+}
+
+// summary describes the Service's type, addresses and ports.
+func summary(svc *corev1.Service) string {
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	var ports []string
+	for _, sp := range svc.Spec.Ports {
+		p := fmt.Sprintf("%s → %s", portLabel(sp), sp.TargetPort.String())
+		if sp.NodePort != 0 {
+			p += fmt.Sprintf(" (node port %d)", sp.NodePort)
+		}
+		ports = append(ports, p)
+	}
+	s := fmt.Sprintf("type %s, cluster IP %s, ports %s", svc.Spec.Type, strings.Join(ips, ", "), strings.Join(ports, "; "))
+	if len(svc.Spec.Selector) > 0 {
+		s += ", selector " + selectorText(svc.Spec.Selector)
+	}
+	return s
 }
 
 // portKeys returns the planned keys of the port asked for, or of every port.
