@@ -153,6 +153,7 @@ func (c *changes) update(key plan.Key, svc *plan.Service) {
 	if same(old, cur) {
 		return
 	}
+	cur.nameComment(old)
 	c.services[key] = cur
 	was, now := old.draws(), cur.draws()
 	c.entries(old, cur, was, now)

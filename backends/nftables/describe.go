@@ -39,6 +39,10 @@ func describe(n int, set string, e element) string {
 	default:
 		s = addrAt(e.key, 0, n).String()
 	}
+	if e.comment != "" {
+		// Between key and data, where nft reads and prints it.
+		s += fmt.Sprintf(" comment %q", e.comment)
+	}
 	switch {
 	case e.verdict != "":
 		s += " : goto " + e.verdict
@@ -46,9 +50,6 @@ func describe(n int, set string, e element) string {
 		s += fmt.Sprintf(" : %d", binary.BigEndian.Uint32(e.val))
 	case len(e.val) == n+4:
 		s += fmt.Sprintf(" : %s . %d", addrAt(e.val, 0, n), binary.BigEndian.Uint16(e.val[n:]))
-	}
-	if e.comment != "" {
-		s += fmt.Sprintf(" comment %q", e.comment)
 	}
 	return s
 }

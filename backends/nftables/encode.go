@@ -48,7 +48,7 @@ func (b *batch) op(t *nftables.Table, o op) {
 		s.u32(unix.NFTA_TABLE_FLAGS, 0)
 		s.end(m)
 	case opAddChain:
-		encodeChain(s, fam, t, o.chain)
+		encodeChain(s, fam, t, o.chain, o.comment)
 	case opDelChain:
 		named(s, unix.NFT_MSG_DELCHAIN, fam, t, unix.NFTA_CHAIN_NAME, o.chain.Name)
 	case opFlushChain:
@@ -74,7 +74,9 @@ func named(s *stream, typ uint16, fam byte, t *nftables.Table, attr uint16, name
 	s.end(m)
 }
 
-func encodeChain(s *stream, fam byte, t *nftables.Table, c *nftables.Chain) {
+// encodeChain writes a chain as the netlink library's AddChain does, and
+// its comment, which the library cannot write, as the nft tool does.
+func encodeChain(s *stream, fam byte, t *nftables.Table, c *nftables.Chain, comment string) {
 	m := s.begin(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, fam)
 	s.str(unix.NFTA_CHAIN_TABLE, t.Name)
 	s.str(unix.NFTA_CHAIN_NAME, c.Name)
@@ -90,8 +92,19 @@ func encodeChain(s *stream, fam byte, t *nftables.Table, c *nftables.Chain) {
 	if c.Type != "" {
 		s.str(unix.NFTA_CHAIN_TYPE, string(c.Type))
 	}
+	if comment != "" {
+		s.attr(nftaChainUserdata, userdata.AppendString(nil, nftnlUdataChainComment, comment))
+	}
 	s.end(m)
 }
+
+// nftaChainUserdata is NFTA_CHAIN_USERDATA, a chain's user data, and
+// nftnlUdataChainComment is NFTNL_UDATA_CHAIN_COMMENT, the type of the
+// comment in it (libnftnl's udata.h).
+const (
+	nftaChainUserdata                    = 12
+	nftnlUdataChainComment userdata.Type = 0
+)
 
 // rule writes a rule appended to its chain; its expressions are encoded by
 // the netlink library.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
@@ -163,6 +164,29 @@ func libraryMessages(t *testing.T, table *nftables.Table, o op) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.kind == opAddChain {
+		return withChainComment(t, out, o.comment)
+	}
+	return out
+}
+
+// withChainComment appends to a NEWCHAIN message, which the library writes
+// without user data, the comment as the nft tool writes it: attribute
+// NFTA_CHAIN_USERDATA (12 in linux/netfilter/nf_tables.h) holding the
+// string as an NFTNL_UDATA_CHAIN_COMMENT (0) TLV.
+func withChainComment(t *testing.T, msg []byte, comment string) []byte {
+	t.Helper()
+	if comment == "" {
+		return msg
+	}
+	ae := netlink.NewAttributeEncoder()
+	ae.Bytes(12, userdata.AppendString(nil, 0, comment))
+	attrs, err := ae.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := append(bytes.Clone(msg), attrs...)
+	binary.NativeEndian.PutUint32(out, uint32(len(out)))
 	return out
 }
 

@@ -84,7 +84,7 @@ func (s *serviceState) pickSpec(d *draw) (pickSpec, bool) {
 func (s *serviceState) writeEntries(c *changes, draws []draw, del bool) {
 	for i := range draws {
 		d := &draws[i]
-		e := element{key: d.key.bytes(), verdict: c.chainFor(s, d)}
+		e := element{key: d.key.bytes(), verdict: c.chainFor(s, d), comment: s.comment}
 		c.list(d.kind.lane().vmap(), del).add(&e)
 	}
 	ips, ports := setNoEPIPs, setNoEPNodePorts
@@ -93,30 +93,27 @@ func (s *serviceState) writeEntries(c *changes, draws []draw, del bool) {
 	}
 	if s.internal.weight() == 0 {
 		for _, ip := range s.ips {
-			c.key(ips, del, ipElemKey(ip, s.proto, s.port), "")
+			c.key(ips, del, ipElemKey(ip, s.proto, s.port), s.comment)
 		}
 	}
 	if s.external.weight() == 0 {
 		for _, ip := range s.extIPs {
-			// The comment tells them from cluster IPs for ReadBack.
-			c.key(ips, del, ipElemKey(ip, s.proto, s.port), externalComment)
+			// The comment's last word tells them from cluster IPs for ReadBack.
+			c.key(ips, del, ipElemKey(ip, s.proto, s.port), externalComment(s.comment))
 		}
 		if s.nodePort != 0 {
-			c.key(ports, del, portElemKey(s.proto, s.nodePort), "")
+			c.key(ports, del, portElemKey(s.proto, s.nodePort), s.comment)
 		}
 	}
 	for _, ip := range s.lbIPs {
-		c.key(setFirewallIPs, del, ipElemKey(ip, s.proto, s.port), "")
+		c.key(setFirewallIPs, del, ipElemKey(ip, s.proto, s.port), s.comment)
 		for _, r := range s.ranges {
 			e := allowElement(ip, s.proto, s.port, r)
+			e.comment = s.comment
 			c.list(setFirewallAllow, del).add(&e)
 		}
 	}
 }
-
-// externalComment marks the element of an external or load-balancer IP in
-// the refuse and drop sets.
-const externalComment = "external"
 
 // key writes an element holding key k alone.
 func (c *changes) key(set string, del bool, k elemKey, comment string) {
@@ -136,6 +133,7 @@ func (c *changes) writeBuckets(d *draw, del bool, keep func(i int) bool) {
 }
 
 // bucket adds the element of one bucket: "key . bucket" to the endpoint.
+// Buckets carry no comment (comments.go).
 func (l *elemList) bucket(key *elemKey, bucket uint32, ep netip.AddrPort) {
 	var k [28]byte
 	var v [20]byte

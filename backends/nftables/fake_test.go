@@ -57,6 +57,9 @@ type fakeTable struct {
 type fakeChain struct {
 	def   nftables.Chain
 	rules []*rule
+	// comment is the one the chain was created with: as in the kernel,
+	// adding the chain again does not change it.
+	comment string
 }
 
 type fakeSet struct {
@@ -128,7 +131,7 @@ func (k *fakeKernel) clone() *fakeKernel {
 	for id, t := range k.tables {
 		c := &fakeTable{fam: t.fam, chains: map[string]*fakeChain{}, sets: map[string]*fakeSet{}}
 		for name, ch := range t.chains {
-			c.chains[name] = &fakeChain{def: ch.def, rules: slices.Clone(ch.rules)}
+			c.chains[name] = &fakeChain{def: ch.def, rules: slices.Clone(ch.rules), comment: ch.comment}
 		}
 		for name, s := range t.sets {
 			c.sets[name] = &fakeSet{def: s.def, elems: maps.Clone(s.elems)}
@@ -159,7 +162,7 @@ func (k *fakeKernel) apply(tbl *nftables.Table, o op) error {
 func (t *fakeTable) apply(o op) error {
 	switch o.kind {
 	case opAddChain:
-		return t.addChain(o.chain)
+		return t.addChain(o.chain, o.comment)
 	case opDelChain:
 		return t.delChain(o.chain.Name)
 	case opFlushChain:
@@ -202,10 +205,10 @@ func (t *fakeTable) set(name string) (*fakeSet, error) {
 	return nil, fmt.Errorf("set %s: %w", name, unix.ENOENT)
 }
 
-// addChain creates a chain, or updates one: a base chain keeps its type
-// (EEXIST), hook and priority (EOPNOTSUPP), and only a base chain has a
-// policy.
-func (t *fakeTable) addChain(c *nftables.Chain) error {
+// addChain creates a chain with its comment, or updates one: a base chain
+// keeps its type (EEXIST), hook and priority (EOPNOTSUPP), and only a base
+// chain has a policy.
+func (t *fakeTable) addChain(c *nftables.Chain, comment string) error {
 	def := *c
 	def.Table = nil
 	old := t.chains[c.Name]
@@ -213,7 +216,7 @@ func (t *fakeTable) addChain(c *nftables.Chain) error {
 	case c.Policy != nil && c.Hooknum == nil && (old == nil || old.def.Hooknum == nil):
 		return fmt.Errorf("chain %s: a policy on a regular chain: %w", c.Name, unix.EOPNOTSUPP)
 	case old == nil:
-		t.chains[c.Name] = &fakeChain{def: def}
+		t.chains[c.Name] = &fakeChain{def: def, comment: comment}
 		return nil
 	case c.Hooknum != nil && old.def.Hooknum != nil && old.def.Type != c.Type:
 		return fmt.Errorf("chain %s: another type: %w", c.Name, unix.EEXIST)
@@ -555,7 +558,7 @@ func (k *fakeKernel) dump(raw bool) string {
 		fmt.Fprintf(&b, "table %s %s\n", t.fam.kw, id.name)
 		for _, name := range slices.Sorted(maps.Keys(t.chains)) {
 			c := t.chains[name]
-			fmt.Fprintf(&b, "\tchain %s%s\n", name, chainSpec(&c.def))
+			fmt.Fprintf(&b, "\tchain %s%s%s\n", name, chainSpec(&c.def), chainComment(c.comment))
 			for _, r := range c.rules {
 				fmt.Fprintf(&b, "\t\t%s%s\n", r.text, rawRule(raw, id.family, r))
 			}

@@ -490,7 +490,7 @@ func (r *reader) unservedEntries(set string, verdict backends.Verdict, on bool) 
 		switch {
 		case portKeyed(set):
 			kind = backends.DestNodePort
-		case e.Comment == externalComment:
+		case isExternal(e.Comment):
 			kind = backends.DestExternal
 		}
 		r.put(set, k.dest(kind), backends.Forwarding{Verdict: verdict})

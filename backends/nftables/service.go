@@ -24,7 +24,10 @@ func (p pool) weight() uint32 { return uint32(len(p.buckets)) }
 type serviceState struct {
 	// key names the service port; the affinity sets and sticky chains
 	// carry it in their names.
-	key      plan.Key
+	key plan.Key
+	// comment is what its elements and chains carry (portComment), set
+	// once the state is to be written (changes.update).
+	comment  string
 	proto    plan.Protocol
 	port     uint16
 	nodePort uint16

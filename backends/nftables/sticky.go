@@ -107,21 +107,21 @@ func sameDraw(a, b draw) bool {
 	return a.kind == b.kind && a.pool.weight() == b.pool.weight() && changedBuckets(a.pool, b.pool) == nil
 }
 
-// addStickyChain appends a service port's chain for d with its rules;
-// with flush set the chain exists and is emptied first. A transaction
-// encoded as it is built gets the per-endpoint rules from templates
-// (stickytmpl.go), which TestStreamedBatchIsTheRecordedOne holds to the
-// same bytes.
-func (l *layout) addStickyChain(t *txn, key plan.Key, d draw, timeout uint32, flush bool) {
-	c := l.chain(stickyChain(d.kind, key))
+// addStickyChain appends the chain of service port s for d, which carries
+// the port's comment, with its rules; with flush set the chain exists and
+// is emptied first. A transaction encoded as it is built gets the
+// per-endpoint rules from templates (stickytmpl.go), which
+// TestStreamedBatchIsTheRecordedOne holds to the same bytes.
+func (l *layout) addStickyChain(t *txn, s *serviceState, d draw, flush bool) {
+	c := l.chain(stickyChain(d.kind, s.key))
 	if flush {
 		t.add(op{kind: opFlushChain, chain: c})
 	} else {
-		t.add(op{kind: opAddChain, chain: c})
+		t.add(op{kind: opAddChain, chain: c, comment: s.comment})
 	}
-	port := portName(key)
+	port := portName(s.key)
 	if t.out == nil {
-		for _, r := range l.stickyRules(port, d, timeout) {
+		for _, r := range l.stickyRules(port, d, s.affinity) {
 			t.add(op{kind: opAddRule, chain: c, rule: r})
 		}
 		return
@@ -129,7 +129,7 @@ func (l *layout) addStickyChain(t *txn, key plan.Key, d draw, timeout uint32, fl
 	for _, r := range l.kindRules(d.kind) {
 		t.add(op{kind: opAddRule, chain: c, rule: r})
 	}
-	args := ruleArgs{portID: portID(port), timeout: timeout}
+	args := ruleArgs{portID: portID(port), timeout: s.affinity}
 	for _, st := range stickySteps(d) {
 		args.ep, args.mod, args.below = st.ep, st.mod, st.below
 		t.add(op{kind: opAddRule, chain: c, tmpl: l.template(st.shape), args: args})
@@ -224,7 +224,7 @@ func (l *layout) addSticky(t *txn, old, cur *serviceState) {
 		if had && sameDraw(o, d) && old.affinity == cur.affinity {
 			continue
 		}
-		l.addStickyChain(t, cur.key, d, cur.affinity, had)
+		l.addStickyChain(t, cur, d, had)
 	}
 }
 

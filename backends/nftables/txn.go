@@ -38,6 +38,8 @@ type op struct {
 	// (stickytmpl.go).
 	tmpl *ruleTemplate
 	args ruleArgs
+	// comment is an added chain's comment; "" for none.
+	comment string
 }
 
 // rule is a rule's expressions together with its nft-like text; ruleOf
@@ -115,7 +117,7 @@ func (t *txn) String() string {
 		case opDelTable:
 			fmt.Fprintf(&b, "delete table %s\n", tbl)
 		case opAddChain:
-			fmt.Fprintf(&b, "add chain %s %s%s\n", tbl, o.chain.Name, chainSpec(o.chain))
+			fmt.Fprintf(&b, "add chain %s %s%s%s\n", tbl, o.chain.Name, chainSpec(o.chain), chainComment(o.comment))
 		case opDelChain:
 			fmt.Fprintf(&b, "delete chain %s %s\n", tbl, o.chain.Name)
 		case opAddRule:
@@ -161,6 +163,14 @@ func chainSpec(c *nftables.Chain) string {
 		policy = " policy drop;"
 	}
 	return fmt.Sprintf(" { type %s hook %s priority %d;%s }", c.Type, hooks[*c.Hooknum], *c.Priority, policy)
+}
+
+// chainComment renders a chain's comment as nft reads it; "" for none.
+func chainComment(comment string) string {
+	if comment == "" {
+		return ""
+	}
+	return fmt.Sprintf(" { comment %q; }", comment)
 }
 
 func setWord(s *nftables.Set) string {
