@@ -39,11 +39,11 @@ func diagnoseFlags(fs *pflag.FlagSet) {
 
 // diagnoseTarget is what one weir diagnose run looks at.
 type diagnoseTarget struct {
-	node  bool // weir diagnose node: the node checks alone
-	trace bool // weir diagnose trace: one connection
-	all  bool   // --all
-	name string // namespace/name
-	port string // the port asked for, "" for every port
+	node  bool   // weir diagnose node: the node checks alone
+	trace bool   // weir diagnose trace: one connection
+	all   bool   // --all
+	name  string // namespace/name
+	port  string // the port asked for, "" for every port
 }
 
 // parseDiagnoseTarget reads the command's arguments.

@@ -48,7 +48,7 @@ func TestCountFlows(t *testing.T) {
 func TestDestinationsOfEveryProtocol(t *testing.T) {
 	s := &plan.Service{Key: plan.Key{Namespace: "default", Name: "web", Protocol: plan.TCP}, Port: 80, NodePort: 30080,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10")},
-		Endpoints: []plan.Endpoint{{Address: podA, Serving: true}, {Address: podB}}}
+		Endpoints:  []plan.Endpoint{{Address: podA, Serving: true}, {Address: podB}}}
 	got := DestinationsOf(s)
 	if len(got) != 2 || got[0].Dest != netip.MustParseAddrPort("10.96.0.10:80") || got[1].Dest != netip.AddrPortFrom(netip.Addr{}, 30080) ||
 		!slices.Equal(got[0].Endpoints, []netip.Addr{podA}) {
