@@ -164,10 +164,10 @@ FUZZ_SDK    := abi:FuzzDecode abi:FuzzDecodeMutated abi:FuzzDecodeBatch
 fuzz:
 	@set -e; for t in $(FUZZ_WEIR); do \
 	  echo "fuzz $$t for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; done
+	  PATH="$$(dirname $$(command -v $(GO))):$$PATH" hack/fuzz.sh $${t%%:*} $${t#*:} $(FUZZTIME); done
 	@set -e; cd sdk && for t in $(FUZZ_SDK); do \
 	  echo "fuzz sdk/$$t for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; done
+	  PATH="$$(dirname $$(command -v $(GO))):$$PATH" ../hack/fuzz.sh $${t%%:*} $${t#*:} $(FUZZTIME); done
 
 clean:
 	rm -rf $(BIN)
