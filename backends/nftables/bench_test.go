@@ -94,15 +94,16 @@ func widePlan(n, eps int) *plan.Plan {
 // newBenchBackend returns a backend programming an empty namespace of its
 // own, closed when b ends.
 func newBenchBackend(b *testing.B) *Backend {
-	be := openBenchBackend(b)
+	be := openBenchBackend(b, Options{})
 	b.Cleanup(func() { be.Close() })
 	return be
 }
 
-// openBenchBackend returns a backend programming an empty namespace of
-// its own, which the caller closes.
-func openBenchBackend(b *testing.B) *Backend {
-	be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, b)}})
+// openBenchBackend returns a backend with opts programming an empty
+// namespace of its own, which the caller closes.
+func openBenchBackend(b *testing.B, opts Options) *Backend {
+	opts.NetNS = benchkit.NetNS(b, b)
+	be, err := New(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func mustSyncBench(b *testing.B, be *Backend, p *plan.Plan, req backends.SyncReq
 // benchmarkFirstSync times the first full sync of a shape into an empty
 // namespace, each op with a backend of its own: what a start costs. The
 // live heap is the last backend's.
-func benchmarkFirstSync(b *testing.B, s shape) {
+func benchmarkFirstSync(b *testing.B, s shape, opts Options) {
 	p := shapePlan(s)
 	m := startMeasure(b, p)
 	var be *Backend
@@ -127,7 +128,7 @@ func benchmarkFirstSync(b *testing.B, s shape) {
 		if be != nil {
 			be.Close()
 		}
-		be = openBenchBackend(b)
+		be = openBenchBackend(b, opts)
 		b.StartTimer()
 		m.op(func() { mustSyncBench(b, be, p, backends.FullSync()) })
 	}
@@ -136,29 +137,38 @@ func benchmarkFirstSync(b *testing.B, s shape) {
 }
 
 // BenchmarkFirstSync10k is a start with 10k services × 10 endpoints.
-func BenchmarkFirstSync10k(b *testing.B) { benchmarkFirstSync(b, shape{10000, 10, false}) }
+func BenchmarkFirstSync10k(b *testing.B) { benchmarkFirstSync(b, shape{10000, 10, false}, Options{}) }
+
+// BenchmarkFirstSync10kPlainBuckets is BenchmarkFirstSync10k with
+// Options.PlainBuckets.
+func BenchmarkFirstSync10kPlainBuckets(b *testing.B) {
+	benchmarkFirstSync(b, shape{10000, 10, false}, Options{PlainBuckets: true})
+}
 
 // BenchmarkFirstSync100k is a start with 100k services × 10 endpoints.
-func BenchmarkFirstSync100k(b *testing.B) { benchmarkFirstSync(b, shape{100000, 10, false}) }
+func BenchmarkFirstSync100k(b *testing.B) { benchmarkFirstSync(b, shape{100000, 10, false}, Options{}) }
 
 // BenchmarkFirstSyncMix10k is a start with 10k services × 10 endpoints
 // of the types hack/bench runs.
-func BenchmarkFirstSyncMix10k(b *testing.B) { benchmarkFirstSync(b, shape{10000, 10, true}) }
+func BenchmarkFirstSyncMix10k(b *testing.B) { benchmarkFirstSync(b, shape{10000, 10, true}, Options{}) }
 
 // BenchmarkFirstSyncMix100k is a start with 100k services × 10 endpoints
 // of the types hack/bench runs.
-func BenchmarkFirstSyncMix100k(b *testing.B) { benchmarkFirstSync(b, shape{100000, 10, true}) }
+func BenchmarkFirstSyncMix100k(b *testing.B) {
+	benchmarkFirstSync(b, shape{100000, 10, true}, Options{})
+}
 
 // BenchmarkFirstSync5kx50 is a start with 5k services × 50 endpoints.
-func BenchmarkFirstSync5kx50(b *testing.B) { benchmarkFirstSync(b, shape{5000, 50, false}) }
+func BenchmarkFirstSync5kx50(b *testing.B) { benchmarkFirstSync(b, shape{5000, 50, false}, Options{}) }
 
 // BenchmarkFirstSync1x5000 is a start with one service of 5000 endpoints.
-func BenchmarkFirstSync1x5000(b *testing.B) { benchmarkFirstSync(b, shape{1, 5000, false}) }
+func BenchmarkFirstSync1x5000(b *testing.B) { benchmarkFirstSync(b, shape{1, 5000, false}, Options{}) }
 
 // benchmarkFullSync times full syncs that refill every object of a shape,
 // as after another process's commit, or hourly.
-func benchmarkFullSync(b *testing.B, s shape) {
-	be := newBenchBackend(b)
+func benchmarkFullSync(b *testing.B, s shape, opts Options) {
+	be := openBenchBackend(b, opts)
+	b.Cleanup(func() { be.Close() })
 	p := shapePlan(s)
 	m := startMeasure(b, p)
 	for range b.N {
@@ -169,13 +179,19 @@ func benchmarkFullSync(b *testing.B, s shape) {
 }
 
 // BenchmarkFullSync1k refills the whole table holding 1k services × 10 endpoints.
-func BenchmarkFullSync1k(b *testing.B) { benchmarkFullSync(b, shape{1000, 10, false}) }
+func BenchmarkFullSync1k(b *testing.B) { benchmarkFullSync(b, shape{1000, 10, false}, Options{}) }
 
 // BenchmarkFullSync10k refills the whole table holding 10k services × 10 endpoints.
-func BenchmarkFullSync10k(b *testing.B) { benchmarkFullSync(b, shape{10000, 10, false}) }
+func BenchmarkFullSync10k(b *testing.B) { benchmarkFullSync(b, shape{10000, 10, false}, Options{}) }
+
+// BenchmarkFullSync10kPlainBuckets is BenchmarkFullSync10k with
+// Options.PlainBuckets: what the comments on buckets cost.
+func BenchmarkFullSync10kPlainBuckets(b *testing.B) {
+	benchmarkFullSync(b, shape{10000, 10, false}, Options{PlainBuckets: true})
+}
 
 // BenchmarkFullSync100k refills the whole table holding 100k services × 10 endpoints.
-func BenchmarkFullSync100k(b *testing.B) { benchmarkFullSync(b, shape{100000, 10, false}) }
+func BenchmarkFullSync100k(b *testing.B) { benchmarkFullSync(b, shape{100000, 10, false}, Options{}) }
 
 // BenchmarkQuietFullSync10k is the periodic full sync of 10k services when
 // nothing committed since Weir's last commit: the generation vouches for

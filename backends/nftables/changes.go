@@ -41,14 +41,16 @@ func newState() *state {
 // kernel's previous rules. The elements the update adds and deletes are
 // encoded as they are found, into a list per set.
 type changes struct {
-	fam       *family
-	table     *nftables.Table
-	base      *state
-	services  map[plan.Key]*serviceState // nil value: deleted
-	maps      map[mapID]int
-	chains    map[pickSpec]int
-	hairpin   counts
-	clusterIP counts
+	fam   *family
+	table *nftables.Table
+	// plainBuckets is the layout's Options.PlainBuckets.
+	plainBuckets bool
+	base         *state
+	services     map[plan.Key]*serviceState // nil value: deleted
+	maps         map[mapID]int
+	chains       map[pickSpec]int
+	hairpin      counts
+	clusterIP    counts
 	// sticky holds the service ports whose sticky objects change.
 	sticky       []stickyChange
 	podCIDRs     []netip.Prefix
@@ -70,7 +72,7 @@ type mapList struct {
 type stickyChange struct{ old, cur *serviceState }
 
 func newChanges(base *state, l *layout) *changes {
-	return &changes{fam: l.fam, table: l.table, base: base, services: map[plan.Key]*serviceState{},
+	return &changes{fam: l.fam, table: l.table, plainBuckets: l.opts.PlainBuckets, base: base, services: map[plan.Key]*serviceState{},
 		maps: map[mapID]int{}, chains: map[pickSpec]int{}, hairpin: newCounts(), clusterIP: newCounts(),
 		del: map[string]*elemList{}, add: map[string]*elemList{}, mapLists: map[mapList]*elemList{},
 		pickChains: map[pickSpec]string{}}
@@ -157,7 +159,7 @@ func (c *changes) update(key plan.Key, svc *plan.Service) {
 	c.services[key] = cur
 	was, now := old.draws(), cur.draws()
 	c.entries(old, cur, was, now)
-	c.buckets(old.bucketDraws(was), cur.bucketDraws(now))
+	c.buckets(cur, old.bucketDraws(was), cur.bucketDraws(now))
 	c.refcounts(old, cur, was, now)
 	if (old != nil && old.affinity > 0) || (cur != nil && cur.affinity > 0) {
 		c.sticky = append(c.sticky, stickyChange{old: old, cur: cur})
@@ -190,8 +192,12 @@ func (c *changes) entries(old, cur *serviceState, was, now []draw) {
 
 // buckets records the bucket elements that change, entry by entry: only
 // the changed buckets when an entry keeps its weight, all of them
-// otherwise.
-func (c *changes) buckets(was, now []draw) {
+// otherwise. The added ones carry cur's comment unless buckets are plain.
+func (c *changes) buckets(cur *serviceState, was, now []draw) {
+	comment := ""
+	if cur != nil && !c.plainBuckets {
+		comment = cur.comment
+	}
 	find := func(ds []draw, d *draw) int {
 		return slices.IndexFunc(ds, func(o draw) bool { return o.mapID() == d.mapID() && o.key == d.key })
 	}
@@ -199,17 +205,17 @@ func (c *changes) buckets(was, now []draw) {
 		o := &was[i]
 		j := find(now, o)
 		if j < 0 {
-			c.writeBuckets(o, true, everyBucket)
+			c.writeBuckets(o, true, "", everyBucket)
 			continue
 		}
 		n := &now[j]
 		differs := func(b int) bool { return changed(o.pool, n.pool, b) }
-		c.writeBuckets(o, true, differs)
-		c.writeBuckets(n, false, differs)
+		c.writeBuckets(o, true, "", differs)
+		c.writeBuckets(n, false, comment, differs)
 	}
 	for i := range now {
 		if find(was, &now[i]) < 0 {
-			c.writeBuckets(&now[i], false, everyBucket)
+			c.writeBuckets(&now[i], false, comment, everyBucket)
 		}
 	}
 }

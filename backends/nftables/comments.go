@@ -10,12 +10,13 @@ import (
 // carries a comment naming the port, so that `nft list table ip weir |
 // grep default/web` finds them: its sticky chains, its entries in the
 // verdict maps (service-ips, service-nodeports, local-origin-*), its
-// elements in the refuse and drop sets and in the firewall sets. Its
-// buckets in the endpoints maps carry none: they are most of the table's
-// elements, and comments on them made a full sync at 10k services a fifth
-// slower (docs/performance.md). A bucket's key starts with its entry's
-// key, so grepping for the key an entry's line shows finds its buckets.
-// Objects that service ports share carry none either: the pick chains
+// elements in the refuse and drop sets and in the firewall sets, and its
+// buckets in the endpoints maps, so the grep lists its endpoints too.
+// Options.PlainBuckets leaves the buckets, most of the table's elements,
+// without: a full sync at 10k services is then about 8 % faster
+// (docs/performance.md); a bucket's key starts with its entry's key, so
+// grepping for the key an entry's line shows still finds its buckets.
+// Objects that service ports share carry none: the pick chains
 // and endpoints maps, and the hairpin and cluster-ips elements, whose
 // reference counts (changes.go) do not say which port came first or
 // which one still holds them. Comments are the nft tool's: user data

@@ -24,7 +24,7 @@ import (
 // new entries carry the comment.
 func TestKernelCommentsNameServicePorts(t *testing.T) {
 	topo := netns.NewT(t, netns.Options{})
-	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd()}})
+	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd()}, PlainBuckets: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,4 +154,65 @@ func grep(text, s string) []string {
 		}
 	}
 	return out
+}
+
+// TestKernelCommentsOnBuckets checks that by default every bucket of a
+// service port carries its comment too, through partial syncs that
+// replace an endpoint and change the weight, and grepping the listing for
+// the service finds its endpoints.
+func TestKernelCommentsOnBuckets(t *testing.T) {
+	topo := netns.NewT(t, netns.Options{})
+	b, err := New(Options{Common: backends.Common{NetNS: topo.Node.Fd()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	web := svc("default", "web", "http", plan.TCP, "10.96.0.10", 80, 30080, ep("10.244.0.11", 8080, 1))
+	api := svc("default", "api", "grpc", plan.TCP, "10.96.0.20", 9000, 30090, ep("10.244.0.21", 8080, 1), ep("10.244.0.22", 8080, 1))
+	p := testPlan(web, api)
+	mustSync(t, b, p, backends.FullSync())
+	// Each entry (cluster IP and node port) has its own buckets, in
+	// endpoints-N and nodeport-endpoints-N.
+	wantCommentedBuckets(t, "after the full sync", b, api, "endpoints-2", 4, "10.244.0.21", "10.244.0.22")
+	wantCommentedBuckets(t, "after the full sync", b, web, "endpoints-1", 2, "10.244.0.11")
+
+	replaced := api.Clone()
+	replaced.Endpoints[1] = ep("10.244.0.23", 8080, 1)
+	p.Services[api.Key] = replaced
+	mustSync(t, b, p, backends.PartialSync(api.Key))
+	wantCommentedBuckets(t, "after replacing an endpoint", b, api, "endpoints-2", 4, "10.244.0.21", "10.244.0.23")
+
+	scaled := replaced.Clone()
+	scaled.Endpoints = scaled.Endpoints[:1]
+	p.Services[api.Key] = scaled
+	mustSync(t, b, p, backends.PartialSync(api.Key))
+	wantCommentedBuckets(t, "after removing an endpoint", b, api, "endpoints-1", 2, "10.244.0.21")
+	wantCommentedBuckets(t, "after removing an endpoint", b, web, "endpoints-1", 2, "10.244.0.11")
+	wantNoDivergence(t, "read back", b, p)
+}
+
+// wantCommentedBuckets checks that the listing's endpoints map m and its
+// node-port twin hold n buckets with s's comment, each going to one of the endpoints given, and
+// that every one of those endpoints has at least one.
+func wantCommentedBuckets(t *testing.T, when string, b *Backend, s *plan.Service, m string, n int, endpoints ...string) {
+	t.Helper()
+	listing := nftOutput(t, b, "list", "table", "ip", "weir")
+	seen := map[string]bool{}
+	got := 0
+	for _, c := range commentedLines(listing, comment(s)) {
+		if c.in != m && c.in != "nodeport-"+m {
+			continue
+		}
+		got++
+		i := slices.IndexFunc(endpoints, func(e string) bool { return strings.Contains(c.line, ": "+e+" ") })
+		if i < 0 {
+			t.Errorf("%s: a bucket of %s goes to none of %v: %s", when, s.Key, endpoints, c.line)
+			continue
+		}
+		seen[endpoints[i]] = true
+	}
+	if got != n || len(seen) != len(endpoints) {
+		t.Errorf("%s: %d buckets of %s in %s carry its comment, reaching %v; want %d reaching %v; listing:\n%s",
+			when, got, s.Key, m, seen, n, endpoints, listing)
+	}
 }

@@ -122,22 +122,22 @@ func (c *changes) key(set string, del bool, k elemKey, comment string) {
 }
 
 // writeBuckets writes the elements of d's buckets for which keep is true
-// into its endpoints map's list.
-func (c *changes) writeBuckets(d *draw, del bool, keep func(i int) bool) {
+// into its endpoints map's list, each with the comment given.
+func (c *changes) writeBuckets(d *draw, del bool, comment string, keep func(i int) bool) {
 	l := c.mapList(d.mapID(), del)
 	for i, ep := range d.pool.buckets {
 		if keep(i) {
-			l.bucket(&d.key, uint32(i), ep)
+			l.bucket(&d.key, uint32(i), ep, comment)
 		}
 	}
 }
 
 // bucket adds the element of one bucket: "key . bucket" to the endpoint.
-// Buckets carry no comment (comments.go).
-func (l *elemList) bucket(key *elemKey, bucket uint32, ep netip.AddrPort) {
+// Its comment is empty unless buckets are commented (comments.go).
+func (l *elemList) bucket(key *elemKey, bucket uint32, ep netip.AddrPort, comment string) {
 	var k [28]byte
 	var v [20]byte
-	e := element{key: appendBucket(append(k[:0], key.bytes()...), bucket), val: appendEndpoint(v[:0], ep)}
+	e := element{key: appendBucket(append(k[:0], key.bytes()...), bucket), val: appendEndpoint(v[:0], ep), comment: comment}
 	l.add(&e)
 }
 

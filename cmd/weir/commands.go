@@ -113,7 +113,7 @@ func newBackend(env *environment) (closingBackend, error) {
 	}
 	switch cfg.Mode {
 	case "nftables":
-		return nftables.New(nftables.Options{Common: common, Table: cfg.NFTables.Table})
+		return nftables.New(nftables.Options{Common: common, Table: cfg.NFTables.Table, PlainBuckets: !cfg.NFTables.CommentBuckets})
 	case "iptables":
 		be, err := iptables.New(iptables.Options{Common: common, Flavour: cfg.IPTables.Backend, KeepInvalid: cfg.Conntrack.TCPBeLiberal})
 		if err != nil {

@@ -162,6 +162,9 @@ type LocalDetectorConfig struct {
 type NFTablesConfig struct {
 	// Table is the name of the nftables table Weir creates and owns.
 	Table string
+	// CommentBuckets gives the endpoints maps' buckets the comment naming
+	// their service port, as every other element of the port has.
+	CommentBuckets bool
 }
 
 // IPTablesConfig holds settings of the iptables backend.
@@ -228,7 +231,7 @@ func Default() *Config {
 		MetricsBindAddress: "127.0.0.1:10249",
 		HealthzBindAddress: "0.0.0.0:10256",
 		Log:                LogConfig{Format: "text", Level: "info"},
-		NFTables:           NFTablesConfig{Table: "weir"},
+		NFTables:           NFTablesConfig{Table: "weir", CommentBuckets: true},
 		IPTables:           IPTablesConfig{Backend: "auto"},
 		IPVS:               IPVSConfig{Scheduler: "rr", GracePeriod: 15 * time.Minute, Interface: "weir-ipvs0"},
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},

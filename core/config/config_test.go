@@ -118,6 +118,7 @@ func TestNames(t *testing.T) {
 		{"log.format", "WEIR_LOG_FORMAT", "log-format"},
 		{"log.level", "WEIR_LOG_LEVEL", "log-level"},
 		{"nftables.table", "WEIR_NFTABLES_TABLE", "nftables-table"},
+		{"nftables.commentBuckets", "WEIR_NFTABLES_COMMENT_BUCKETS", "nftables-comment-buckets"},
 		{"iptables.backend", "WEIR_IPTABLES_BACKEND", "iptables-backend"},
 		{"conntrack.maxPerCore", "WEIR_CONNTRACK_MAX_PER_CORE", "conntrack-max-per-core"},
 		{"conntrack.min", "WEIR_CONNTRACK_MIN", "conntrack-min"},
