@@ -233,6 +233,7 @@ func runDaemon(env *environment) error {
 	p := proxy.New(opts)
 	dbg.proxy.Store(p)
 	if chain != nil {
+		dbg.chain.Store(chain)
 		go watchPlugins(ctx, env, chain, reloaded, p)
 	}
 	env.log.Info("Starting Weir", "version", version, "mode", env.cfg.Mode, "node", env.cfg.NodeName,

@@ -8,7 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weirproxy/weir/core/diagnose"
 	"github.com/weirproxy/weir/core/proxy"
+	"github.com/weirproxy/weir/hooks"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -41,12 +43,36 @@ type debugStatus struct {
 	Plugins      map[string]pluginStatus `json:"plugins"`
 }
 
-// debugServer serves the debug endpoint; the proxy is set once it exists.
+// serviceDetail is what the daemon holds of one Service, and what each
+// hook plugin changed of its ports: the answer of debugServicePath, and
+// of debugServicesPath with ?detail=true for every Service.
+type serviceDetail struct {
+	Name string `json:"name"`
+	proxy.ServiceView
+	Changes []diagnose.PluginChange `json:"changes,omitempty"`
+}
+
+// debugServer serves the debug endpoint; the proxy, and the chain when
+// plugins are configured, are set once they exist.
 type debugServer struct {
 	mode, node string
 	proxy      atomic.Pointer[proxy.Proxy]
+	chain      atomic.Pointer[hooks.Chain]
 	mu         sync.Mutex
 	plugins    map[string]*pluginStatus
+}
+
+// detail returns what the daemon holds of the Service name.
+func (d *debugServer) detail(p *proxy.Proxy, name string) serviceDetail {
+	v := serviceDetail{Name: name, ServiceView: p.Service(name)}
+	if c := d.chain.Load(); c != nil {
+		for _, s := range v.Planned {
+			for _, ch := range c.Changes(s) {
+				v.Changes = append(v.Changes, diagnose.PluginChange{Plugin: ch.Plugin, Before: ch.Before, After: ch.After})
+			}
+		}
+	}
+	return v
 }
 
 func newDebugServer(mode, node string) *debugServer {
@@ -100,12 +126,20 @@ func (d *debugServer) handler(next http.Handler) http.Handler {
 		d.mu.Unlock()
 		writeJSON(w, st)
 	})
-	mux.HandleFunc("GET "+debugServicesPath, func(w http.ResponseWriter, _ *http.Request) {
-		if p := d.proxy.Load(); p != nil {
+	mux.HandleFunc("GET "+debugServicesPath, func(w http.ResponseWriter, r *http.Request) {
+		p := d.proxy.Load()
+		switch {
+		case p == nil:
+			http.Error(w, "weir is starting", http.StatusServiceUnavailable)
+		case r.URL.Query().Get("detail") == "true":
+			var all []serviceDetail
+			for _, name := range p.ServiceNames() {
+				all = append(all, d.detail(p, name))
+			}
+			writeJSON(w, all)
+		default:
 			writeJSON(w, p.ServiceNames())
-			return
 		}
-		http.Error(w, "weir is starting", http.StatusServiceUnavailable)
 	})
 	mux.HandleFunc("GET "+debugServicePath, func(w http.ResponseWriter, r *http.Request) {
 		name := r.URL.Query().Get("name")
@@ -116,7 +150,7 @@ func (d *debugServer) handler(next http.Handler) http.Handler {
 		case p == nil:
 			http.Error(w, "weir is starting", http.StatusServiceUnavailable)
 		default:
-			writeJSON(w, p.Service(name))
+			writeJSON(w, d.detail(p, name))
 		}
 	})
 	return mux

@@ -19,7 +19,6 @@ import (
 
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/core/diagnose"
-	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/core/source/files"
 	"github.com/weirproxy/weir/core/source/kubernetes"
 	"github.com/weirproxy/weir/sdk/plan"
@@ -179,7 +178,7 @@ func traceInput(env *environment) (diagnose.TraceInput, error) {
 // diagnoseServices adds the findings of the service asked for, or of every
 // service with warnings or worse. It reads the plan from the running
 // weir's debug endpoint when one answers, and otherwise computes it from
-// the source; --all always computes it.
+// the source.
 func diagnoseServices(ctx, load context.Context, env *environment, target diagnoseTarget, rep *diagnose.Report) error {
 	objs, err := diagnoseObjects(load, env, target)
 	if err != nil {
@@ -226,18 +225,17 @@ func diagnoseServices(ctx, load context.Context, env *environment, target diagno
 }
 
 // daemonServices adds the findings of the named services as the running
-// weir holds them: one request per service, then one read of the kernel
-// and of the conntrack table for all of them.
+// weir holds them, with what each plugin changed (one request, for all
+// of them with --all), then one read of the kernel and of the conntrack
+// table for all of them.
 func daemonServices(ctx context.Context, env *environment, daemon *daemonClient, objs *files.Objects, target diagnoseTarget,
 	names []string, rep *diagnose.Report) error {
-	views := make([]proxy.ServiceView, len(names))
+	views, err := daemon.details(ctx, names, target.all)
+	if err != nil {
+		return fmt.Errorf("the running weir's debug endpoint: %w", err)
+	}
 	var finals []*plan.Service
-	for i, name := range names {
-		v, err := daemon.service(ctx, name)
-		if err != nil {
-			return fmt.Errorf("the running weir's debug endpoint: %w", err)
-		}
-		views[i] = v
+	for _, v := range views {
 		finals = append(finals, v.Final...)
 	}
 	all := daemon.planOf(finals)
@@ -248,7 +246,7 @@ func daemonServices(ctx context.Context, env *environment, daemon *daemonClient,
 		v := views[i]
 		in := diagnose.ServiceInput{Name: name, Port: target.port, Service: objs.Services[name], Slices: objs.Slices[name],
 			Node: env.cfg.NodeName, Zone: daemon.status.PlanNode.Zone, Planned: keyed(v.Planned), Final: keyed(v.Final),
-			Problems: v.Problems, Kernel: kernel, Flows: flows}
+			Problems: v.Problems, Changes: v.Changes, Kernel: kernel, Flows: flows}
 		found := diagnose.Service(in)
 		for _, k := range slices.Sorted(maps.Keys(v.Committed)) {
 			found = append(found, diagnose.Finding{Code: "sync.committed", Severity: diagnose.Info, Subject: k,

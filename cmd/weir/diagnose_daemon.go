@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/weirproxy/weir/core/diagnose"
-	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -43,10 +42,38 @@ func findDaemon(ctx context.Context, addr string) *daemonClient {
 }
 
 // service returns what the daemon holds of the Service namespace/name.
-func (d *daemonClient) service(ctx context.Context, name string) (proxy.ServiceView, error) {
-	var v proxy.ServiceView
+func (d *daemonClient) service(ctx context.Context, name string) (serviceDetail, error) {
+	var v serviceDetail
 	err := d.get(ctx, debugServicePath+"?name="+url.QueryEscape(name), &v)
 	return v, err
+}
+
+// details returns what the daemon holds of the named Services: one
+// request for each, or one for every Service when all is true.
+func (d *daemonClient) details(ctx context.Context, names []string, all bool) ([]serviceDetail, error) {
+	out := make([]serviceDetail, len(names))
+	if !all {
+		for i, name := range names {
+			v, err := d.service(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
+	var every []serviceDetail
+	if err := d.get(ctx, debugServicesPath+"?detail=true", &every); err != nil {
+		return nil, err
+	}
+	byName := make(map[string]serviceDetail, len(every))
+	for _, v := range every {
+		byName[v.Name] = v
+	}
+	for i, name := range names {
+		out[i] = byName[name]
+	}
+	return out, nil
 }
 
 func (d *daemonClient) get(ctx context.Context, path string, v any) error {

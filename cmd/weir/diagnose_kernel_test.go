@@ -376,3 +376,32 @@ endpoints:
 		t.Errorf("after pod-a left: exit %d, %q; want exit %d and conntrack.stale naming 10.244.0.11", code, codes(rep), exitFailed)
 	}
 }
+
+// TestKernelDiagnoseDaemonPlugins checks that weir diagnose names the
+// plugin that changed a service when it reads weir run's debug endpoint,
+// for one service and with --all (one request for every service).
+func TestKernelDiagnoseDaemonPlugins(t *testing.T) {
+	netns.RequireRoot(t)
+	weir := buildWeir(t)
+	topo := netns.NewThreePods(t)
+	dir := copyDemo(t)
+	ready := []string{demoEndpoint("10.244.0.11", demoNode, readyCond)}
+	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(webManifest(clusterIPSpec, ready, httpPorts)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--source-path", dir, "--node-name", demoNode, "--config", drainAllConfig(t),
+		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"}
+	d := startDaemon(t, topo.Node, weir, append([]string{"run"}, args...)...)
+	d.waitLog(t, `msg="Synced rules"`, 30*time.Second)
+	byDrain := func(f diagnose.Finding) bool {
+		return f.Code == "plugins.changed" && f.Subject == "default/web:http/TCP" && strings.HasPrefix(f.Message, "plugin drain dropped")
+	}
+	for _, target := range []string{"default/web", "--all"} {
+		code, rep := diagnoseRun(t, topo.Node, weir, append([]string{target}, args...)...)
+		if code != exitFailed || rep.From != "daemon" || !slices.ContainsFunc(rep.Findings, byDrain) ||
+			!slices.Contains(codes(rep), "broken plugins.dropped-all") {
+			t.Errorf("diagnose %s: exit %d, from %q, %v; want exit %d from the daemon, plugins.dropped-all and drain's change named",
+				target, code, rep.From, rep.Findings, exitFailed)
+		}
+	}
+}

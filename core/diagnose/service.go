@@ -50,8 +50,9 @@ type ServiceInput struct {
 
 // PluginChange is one hook plugin's change of one service port.
 type PluginChange struct {
-	Plugin        string
-	Before, After *plan.Service
+	Plugin string        `json:"plugin"`
+	Before *plan.Service `json:"before"`
+	After  *plan.Service `json:"after"`
 }
 
 // Service returns the findings for one Service, object first, then each
