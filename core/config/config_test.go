@@ -68,7 +68,7 @@ func TestDefault(t *testing.T) {
 		MetricsBindAddress: "127.0.0.1:10249",
 		HealthzBindAddress: "0.0.0.0:10256",
 		Log:                LogConfig{Format: "text", Level: "info"},
-		NFTables:           NFTablesConfig{Table: "weir"},
+		NFTables:           NFTablesConfig{Table: "weir", CommentBuckets: true},
 		IPTables:           IPTablesConfig{Backend: "auto"},
 		IPVS:               IPVSConfig{Scheduler: "rr", GracePeriod: 15 * time.Minute, Interface: "weir-ipvs0"},
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
