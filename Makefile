@@ -7,7 +7,8 @@ PKGS      := ./...
 
 # Example hook plugins: Go ones build with the Go toolchain; local-boost is
 # Rust, built with Debian's rustc and its wasm32-wasi standard library
-# (packages rustc, libstd-rust-dev-wasm32 and lld-14).
+# (packages rustc, libstd-rust-dev-wasm32 and lld; see rust-plugins);
+# as-same-zone is AssemblyScript (Node.js and npm; see as-plugins).
 GO_PLUGINS := canary zone-preference drain affinity
 RUSTC      ?= /usr/bin/rustc
 
@@ -20,16 +21,66 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/weir ./cmd/weir
 
 ## plugins: the example hook plugins, to bin/plugins/*.wasm
-plugins: $(GO_PLUGINS:%=$(BIN)/plugins/%.wasm) $(BIN)/plugins/local-boost.wasm
+plugins: $(GO_PLUGINS:%=$(BIN)/plugins/%.wasm) rust-plugins as-plugins
+
+# The Rust plugins need Debian's Rust toolchain for wasm32-wasi. Without it
+# make plugins says what to install and skips them; under CI=true it fails.
+RUST_PLUGINS := $(BIN)/plugins/local-boost.wasm
+RUST_DEBS    := rustc libstd-rust-dev-wasm32 lld
+RUST_LLD     := /usr/bin/rust-lld
+# RUST_CHECK prints what of the toolchain is missing, a line each.
+RUST_CHECK    = for f in $(RUSTC) $(RUST_LLD); do test -x $$f || echo $$f; done; \
+  test -x $(RUSTC) && test -d "$$($(RUSTC) --print sysroot)/lib/rustlib/wasm32-wasi" || echo the wasm32-wasi standard library
+
+.PHONY: rust-plugins
+rust-plugins:
+	@missing="$$( ($(RUST_CHECK)) | paste -sd, - | sed 's/,/, /g')"; \
+	if [ -z "$$missing" ]; then exec $(MAKE) --no-print-directory $(RUST_PLUGINS); fi; \
+	msg="the Rust plugins ($(notdir $(RUST_PLUGINS:.wasm=))) need $$missing: install the Debian packages $(RUST_DEBS) (apt-get install $(RUST_DEBS))"; \
+	if [ "$(CI)" = true ]; then echo "error: $$msg" >&2; exit 1; fi; \
+	echo "make plugins: not building them, because $$msg" >&2
+
+# The AssemblyScript plugins need Node.js 20 or later and npm, which
+# install the compiler pinned by sdk/assemblyscript/package-lock.json
+# into sdk/assemblyscript/node_modules. Without them make plugins says so
+# and skips them; under CI=true it fails.
+AS_SDK     := sdk/assemblyscript
+ASC        := $(AS_SDK)/node_modules/.bin/asc
+AS_PLUGINS := $(BIN)/plugins/as-same-zone.wasm
+
+.PHONY: as-plugins
+as-plugins:
+	@if command -v node >/dev/null && command -v npm >/dev/null && \
+	  node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 20 ? 1 : 0)'; then \
+	  exec $(MAKE) --no-print-directory $(AS_PLUGINS); fi; \
+	msg="the AssemblyScript plugins ($(notdir $(AS_PLUGINS:.wasm=))) need Node.js 20 or later and npm"; \
+	if [ "$(CI)" = true ]; then echo "error: $$msg" >&2; exit 1; fi; \
+	echo "make plugins: not building them, because $$msg" >&2
+
+$(ASC): $(AS_SDK)/package.json $(AS_SDK)/package-lock.json
+	cd $(AS_SDK) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+$(BIN)/plugins/as-%.wasm: plugins/as-%/index.ts $(AS_SDK)/assembly/index.ts $(ASC)
+	@mkdir -p $(@D)
+	$(ASC) $< --outFile $@ --runtime incremental --optimizeLevel 3 --shrinkLevel 1 \
+	  --use abort=$(AS_SDK)/assembly/index/abort
 
 # go build decides itself whether anything changed.
 $(BIN)/plugins/%.wasm: FORCE
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $@ ./plugins/$*
 
-$(BIN)/plugins/local-boost.wasm: plugins/local-boost/src/lib.rs
+# The Rust SDK (sdk/rust), compiled once for the Rust plugins to link.
+RUST_SDK := $(BIN)/rust/libweir_plugin.rlib
+$(RUST_SDK): $(wildcard sdk/rust/src/*.rs)
+	@mkdir -p $(@D)
+	$(RUSTC) --edition 2021 --target wasm32-wasi --crate-type rlib --crate-name weir_plugin -C opt-level=s \
+	  -o $@ sdk/rust/src/lib.rs
+
+$(BIN)/plugins/local-boost.wasm: plugins/local-boost/src/lib.rs $(RUST_SDK)
 	@mkdir -p $(BIN)/plugins
 	$(RUSTC) --edition 2021 --target wasm32-wasi --crate-type cdylib -C opt-level=s -C lto \
-	  -C strip=symbols -C linker=/usr/bin/rust-lld -o $@ $<
+	  -C strip=symbols -C linker=/usr/bin/rust-lld --extern weir_plugin=$(RUST_SDK) -o $@ $<
 
 FORCE:
 

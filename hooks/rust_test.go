@@ -2,6 +2,7 @@ package hooks_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -28,6 +29,9 @@ const (
 	debianLLD   = "/usr/bin/rust-lld"
 )
 
+// rustSDK is the Rust SDK's crate root, relative to this package.
+var rustSDK = filepath.Join("..", "sdk", "rust", "src", "lib.rs")
+
 // factorAnnotation is the annotation plugins/local-boost reads.
 const factorAnnotation = "local-boost.weir.dev/factor"
 
@@ -35,7 +39,7 @@ const factorAnnotation = "local-boost.weir.dev/factor"
 var rustNode = plan.Node{Name: "node-a", Zone: "zone-1"}
 
 // TestRustLocalBoost runs plugins/local-boost, a plugin written in Rust
-// against docs/plugin-abi.md without the Go SDK, through the real host.
+// with the Rust SDK (sdk/rust), through the real host.
 func TestRustLocalBoost(t *testing.T) {
 	wasm := buildLocalBoost(t)
 	t.Run("Boost", func(t *testing.T) { testRustBoost(t, wasm) })
@@ -91,7 +95,7 @@ func testRustBoost(t *testing.T, wasm string) {
 		reasons[i] = fmt.Sprintf("service default/bad-%d:http/TCP: annotation %s is %q, want an integer from 2 to 100; left unchanged",
 			i, factorAnnotation, factor)
 	}
-	log.waitFor(t, reasons...)
+	log.expect(t, reasons...)
 }
 
 // testRustLaterBatch checks that the plugin keeps serving batches of
@@ -136,7 +140,7 @@ func testRustRefusesConfig(t *testing.T, wasm string) {
 	}
 	const want = "config must be null"
 	if !strings.Contains(err.Error(), want) {
-		log.waitFor(t, want)
+		log.expect(t, want)
 	}
 }
 
@@ -158,10 +162,42 @@ func newRustChain(t *testing.T, wasm string) (*hooks.Chain, *logRecorder) {
 	return chain, log
 }
 
-// buildLocalBoost compiles plugins/local-boost with Debian's rustc into a
-// temporary directory and returns the .wasm path. It skips the test when the
-// toolchain is missing, and fails it instead when CI=true.
+// buildLocalBoost compiles plugins/local-boost and the Rust SDK it uses
+// with Debian's rustc into a temporary directory, as the Makefile does, and
+// returns the .wasm path.
 func buildLocalBoost(t *testing.T) string {
+	t.Helper()
+	return buildRustPlugin(t, filepath.Join("..", "plugins", "local-boost", "src", "lib.rs"))
+}
+
+// buildRustPlugin compiles the Rust SDK (sdk/rust) for wasm32-wasi, then the
+// plugin crate src against it, and returns the .wasm path. It skips the test
+// when the toolchain is missing, and fails it instead when CI=true.
+func buildRustPlugin(t *testing.T, src string) string {
+	t.Helper()
+	requireRust(t)
+	dir := t.TempDir()
+	rlib := filepath.Join(dir, "libweir_plugin.rlib")
+	runRustc(t, "--edition", "2021", "--target", "wasm32-wasi", "--crate-type", "rlib", "--crate-name", "weir_plugin",
+		"-C", "opt-level=s", "-o", rlib, rustSDK)
+	out := filepath.Join(dir, "plugin.wasm")
+	runRustc(t, "--edition", "2021", "--target", "wasm32-wasi", "--crate-type", "cdylib", "-C", "opt-level=s", "-C", "lto",
+		"-C", "strip=symbols", "-C", "linker="+debianLLD, "--extern", "weir_plugin="+rlib, "-o", out, src)
+	return out
+}
+
+// runRustc runs Debian's rustc with args and fails the test if it fails.
+func runRustc(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), debianRustc, args...)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, msg)
+	}
+}
+
+// requireRust skips the test when the Rust toolchain is missing, or fails
+// it when CI=true.
+func requireRust(t *testing.T) {
 	t.Helper()
 	if reason := rustMissing(t); reason != "" {
 		if os.Getenv("CI") == "true" {
@@ -169,14 +205,6 @@ func buildLocalBoost(t *testing.T) string {
 		}
 		t.Skip(reason)
 	}
-	out := filepath.Join(t.TempDir(), "local-boost.wasm")
-	cmd := exec.CommandContext(t.Context(), debianRustc, "--edition", "2021", "--target", "wasm32-wasi",
-		"--crate-type", "cdylib", "-C", "opt-level=s", "-C", "lto", "-C", "strip=symbols",
-		"-C", "linker="+debianLLD, "-o", out, filepath.Join("..", "plugins", "local-boost", "src", "lib.rs"))
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", cmd, err, msg)
-	}
-	return out
 }
 
 // rustMissing says why the Rust plugin cannot be built here, or returns "".
@@ -305,15 +333,55 @@ func (r *logRecorder) missing(wants []string) []string {
 	})
 }
 
-// waitFor waits up to 5 s until every want is in some log record.
-func (r *logRecorder) waitFor(t *testing.T, wants ...string) {
+// expect fails the test for every want that no log record contains. The
+// host logs a plugin's stderr lines while the call runs, so they are all
+// there once the call that wrote them has returned.
+func (r *logRecorder) expect(t *testing.T, wants ...string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for missing := r.missing(wants); len(missing) > 0; missing = r.missing(wants) {
-		if time.Now().After(deadline) {
-			t.Errorf("the log has no %q; log:\n%s", missing, r)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	if missing := r.missing(wants); len(missing) > 0 {
+		t.Errorf("the log has no %q; log:\n%s", missing, r)
 	}
+}
+
+// TestRustSDK runs the Rust SDK's own tests natively, built with Debian's
+// rustc: they check sdk/rust against the ABI's shared vectors
+// (sdk/abi/testdata/vectors), which the Go SDK's tests also check.
+func TestRustSDK(t *testing.T) {
+	requireRust(t)
+	bin := filepath.Join(t.TempDir(), "weir-plugin-test")
+	runRustc(t, "--edition", "2021", "--test", "-o", bin, rustSDK)
+	vectors, err := filepath.Abs(filepath.Join("..", "sdk", "abi", "testdata", "vectors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), bin)
+	cmd.Env = append(os.Environ(), "WEIR_VECTORS="+vectors)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", bin, err, out)
+	}
+	if !strings.Contains(string(out), "test result: ok.") {
+		t.Fatalf("%s printed no passing result:\n%s", bin, out)
+	}
+}
+
+// TestRustPanicReportsLocation checks that the Rust SDK's panic hook logs
+// the panic's message and the plugin's source line, and that the panic
+// (a trap on wasm32-wasi) fails the batch and leaves the services alone.
+func TestRustPanicReportsLocation(t *testing.T) {
+	wasm := buildRustPlugin(t, filepath.Join("testdata", "guests", "rust-panic", "lib.rs"))
+	chain, log := newRustChain(t, wasm)
+	in := []*plan.Service{rustService("web", "node-a")}
+	out, err := chain.Apply(t.Context(), rustNode, in, true)
+	var pe *hooks.PluginError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Apply: got %v, want a *hooks.PluginError", err)
+	}
+	t.Logf("Apply: %v", err)
+	if len(out) != 1 || out[0] != in[0] {
+		t.Errorf("Apply returned %v, want the input unchanged (failure policy open)", out)
+	}
+	// The line of the out-of-range read in testdata/guests/rust-panic/lib.rs.
+	const where = "weir_process: panic at testdata/guests/rust-panic/lib.rs:14:"
+	log.expect(t, where, "endpoint index 1 out of range [0,1)")
 }
