@@ -58,6 +58,7 @@ type slot struct {
 	cache     map[plan.Key]entry
 	health    health
 	failedSHA string // the file version that last failed to reload
+	loadErr   error  // why New could not load the plugin, while p is nil
 }
 
 // entry remembers a plugin's output for one service version, by pointer.
@@ -78,7 +79,7 @@ func New(ctx context.Context, plugins []Config, opts Options) (*Chain, error) {
 	}
 	c := &Chain{opts: opts, log: opts.Log, lastGood: map[plan.Key]*plan.Service{}, secondAfter: secondWorkerAfter}
 	for i, cfg := range plugins {
-		s, err := complete(cfg)
+		s, err := prepare(cfg, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -95,6 +96,7 @@ func New(ctx context.Context, plugins []Config, opts Options) (*Chain, error) {
 			return nil, errors.Join(err, c.Close(ctx))
 		}
 		if err != nil {
+			s.loadErr = err
 			c.log.Error("Plugin not loaded; its services pass through until its file is fixed",
 				"plugin", s.Name, "error", err)
 			continue

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/weirproxy/weir/hooks/oci"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -58,10 +59,22 @@ type Config struct {
 	// Name identifies the plugin in logs, metrics and errors: lower-case
 	// letters, digits and '-', at most 63 characters, unique within a chain.
 	Name string
-	// Path is the plugin's .wasm file.
+	// Path is the plugin's .wasm file, or an artifact in a registry:
+	// oci://REGISTRY/REPO:TAG or oci://REGISTRY/REPO@sha256:DIGEST (see
+	// package hooks/oci for its layout).
 	Path string
-	// SHA256 pins the file's sha256 as 64 hex digits; "" does not pin it.
+	// SHA256 pins the .wasm's sha256 as 64 hex digits; "" does not pin it.
 	SHA256 string
+	// DockerConfig is a docker config file holding the registry's
+	// credentials, for an oci:// Path; "" means anonymous access.
+	DockerConfig string
+	// PublicKey is a PEM ECDSA P-256 public key, for an oci:// Path: when
+	// set, only artifacts it signed (cosign-compatible) load.
+	PublicKey string
+	// RefreshInterval is how often an oci:// Path's tag is resolved again,
+	// reloading the plugin when it moved: 1s to 24h, or 0 for
+	// DefaultRefreshInterval. A digest never moves.
+	RefreshInterval time.Duration
 	// Config is the plugin's configuration as decoded from YAML (maps,
 	// slices, scalars); the plugin receives it as JSON.
 	Config any
@@ -82,8 +95,14 @@ type Config struct {
 // DefaultTimeout bounds each call into a plugin whose Timeout is 0.
 const DefaultTimeout = 100 * time.Millisecond
 
+// DefaultRefreshInterval is how often an oci:// plugin's tag is resolved
+// again when its RefreshInterval is 0.
+const DefaultRefreshInterval = 5 * time.Minute
+
 // Limits and defaults of a plugin's configuration.
 const (
+	minRefresh         = time.Second
+	maxRefresh         = 24 * time.Hour
 	minTimeout         = time.Millisecond
 	maxTimeout         = 10 * time.Second
 	pageSize           = 65536
@@ -100,11 +119,14 @@ var (
 // allowed says what each key of a plugins entry accepts, worded to follow
 // "use" in an error message; keys are spelt as in Weir's configuration file.
 var allowed = map[string]string{
-	"name":          "a unique name of lower-case letters, digits and '-', at most 63 characters, such as zone-preference",
-	"path":          "the path of the plugin's .wasm file",
-	"sha256":        "the file's SHA-256 as 64 hex digits (sha256sum prints it), or leave it out",
-	"failurePolicy": fmt.Sprintf("%s or %s", PolicyOpen, PolicyClosed),
-	"timeout":       fmt.Sprintf("a duration between %s and %s, such as %s", minTimeout, maxTimeout, DefaultTimeout),
+	"name":            "a unique name of lower-case letters, digits and '-', at most 63 characters, such as zone-preference",
+	"path":            "the path of the plugin's .wasm file, or oci://REGISTRY/REPO:TAG or oci://REGISTRY/REPO@sha256:DIGEST",
+	"sha256":          "the file's SHA-256 as 64 hex digits (sha256sum prints it), or leave it out",
+	"dockerConfig":    "the path of a docker config file with the registry's credentials, with an oci:// path only",
+	"publicKey":       "the path of a PEM ECDSA P-256 public key (cosign.pub), with an oci:// path only",
+	"refreshInterval": "a duration between 1s and 24h, such as 5m, with an oci:// path only",
+	"failurePolicy":   fmt.Sprintf("%s or %s", PolicyOpen, PolicyClosed),
+	"timeout":         fmt.Sprintf("a duration between %s and %s, such as %s", minTimeout, maxTimeout, DefaultTimeout),
 	"memoryLimit": fmt.Sprintf("a size between %s and %s, such as %s",
 		size(minMemoryLimit), size(maxMemoryLimit), size(defaultMemoryLimit)),
 	"match.namespaces":  "a list of namespace names",
@@ -166,7 +188,12 @@ func checkValues(i int, c Config) []*FieldError {
 		}
 	}
 	refuse("name", c.Name, !dnsLabel.MatchString(c.Name))
-	refuse("path", c.Path, c.Path == "")
+	refuse("path", c.Path, c.Path == "" || badLocation(c.Path))
+	remote := oci.IsLocation(c.Path)
+	refuse("dockerConfig", c.DockerConfig, c.DockerConfig != "" && !remote)
+	refuse("publicKey", c.PublicKey, c.PublicKey != "" && !remote)
+	refuse("refreshInterval", c.RefreshInterval.String(), c.RefreshInterval != 0 &&
+		(!remote || c.RefreshInterval < minRefresh || c.RefreshInterval > maxRefresh))
 	refuse("sha256", c.SHA256, c.SHA256 != "" && !sha256Hex.MatchString(c.SHA256))
 	refuse("failurePolicy", string(c.FailurePolicy), !slices.Contains([]Policy{"", PolicyOpen, PolicyClosed}, c.FailurePolicy))
 	refuse("timeout", c.Timeout.String(), c.Timeout != 0 && (c.Timeout < minTimeout || c.Timeout > maxTimeout))
@@ -191,8 +218,9 @@ func joined(errs []*FieldError) error {
 // settings is a checked Config completed with its defaults.
 type settings struct {
 	Config
-	pages  uint32 // memory limit in wasm pages
-	config []byte // Config.Config as JSON
+	pages  uint32     // memory limit in wasm pages
+	config []byte     // Config.Config as JSON
+	oci    *ociSource // the registry client of an oci:// Path; nil for a file
 }
 
 // complete fills in the defaults of c, which Check passed.
@@ -214,6 +242,22 @@ func complete(c Config) (*settings, error) {
 		return nil, fmt.Errorf("plugin %q: config cannot be handed to the plugin as JSON: %w", c.Name, err)
 	}
 	return &settings{Config: c, pages: uint32(pages), config: config}, nil
+}
+
+// prepare completes c, as complete does, and sets up the registry client
+// of an oci:// plugin.
+func prepare(c Config, opts Options) (*settings, error) {
+	s, err := complete(c)
+	if err != nil || !oci.IsLocation(c.Path) {
+		return s, err
+	}
+	if s.RefreshInterval == 0 {
+		s.RefreshInterval = DefaultRefreshInterval
+	}
+	if s.oci, err = newOCISource(s.Config, opts); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Options configures a Chain as a whole.

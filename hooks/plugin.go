@@ -53,7 +53,7 @@ type plugin struct {
 
 // open reads, verifies and loads a plugin file.
 func open(ctx context.Context, s *settings, ms *modules, cache wazero.CompilationCache, log *slog.Logger) (*plugin, error) {
-	data, sum, err := readFile(s)
+	data, sum, err := fetch(ctx, s)
 	if err != nil {
 		return nil, err
 	}

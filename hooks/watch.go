@@ -19,11 +19,18 @@ const (
 
 // Watch reloads plugin files when they change, until ctx is done. It
 // watches the directories holding them, so atomic renames and ConfigMap
-// symlink swaps are seen. A new version that fails to load is logged and
-// the previous one keeps serving.
+// symlink swaps are seen. It resolves the tags of oci:// plugins again
+// every RefreshInterval and reloads a plugin whose tag moved. A new version
+// that fails to load is logged and the previous one keeps serving.
 func (c *Chain) Watch(ctx context.Context) error {
+	ctx, stopPolls := context.WithCancel(ctx)
+	polls := c.pollRegistries(ctx)
+	defer func() { stopPolls(); polls.Wait() }()
 	dirs := map[string][]*slot{}
 	for _, s := range c.slots {
+		if s.oci != nil {
+			continue
+		}
 		path, err := filepath.Abs(s.Path)
 		if err != nil {
 			return fmt.Errorf("plugin %q: %w", s.Name, err)
@@ -97,9 +104,12 @@ func (c *Chain) reload(ctx context.Context, s *slot) {
 	if current == "" {
 		keep = "Plugin still not loaded; its services pass through"
 	}
-	data, sum, err := readFile(s.settings)
+	data, sum, err := fetch(ctx, s.settings)
 	if err != nil {
 		c.log.Warn(keep, "plugin", s.Name, "error", err)
+		if s.oci != nil {
+			c.pullFailed(s.Name, err)
+		}
 		return
 	}
 	if sum == current || sum == lastFailed {

@@ -15,7 +15,7 @@ import (
 )
 
 // pluginKeys are the keys of one plugins entry, in the order docs list them.
-var pluginKeys = []string{"name", "path", "sha256", "config", "failurePolicy", "timeout", "memoryLimit", "match"}
+var pluginKeys = []string{"name", "path", "sha256", "publicKey", "dockerConfig", "refreshInterval", "config", "failurePolicy", "timeout", "memoryLimit", "match"}
 
 // matchKeys are the keys of an entry's match section.
 var matchKeys = []string{"namespaces", "selector", "annotations"}
@@ -42,13 +42,16 @@ type pluginEntry struct {
 func readPlugin(raw map[string]any) *pluginEntry {
 	e := &pluginEntry{raw: raw, problems: map[string]*bad{}}
 	e.cfg = hooks.Config{
-		Name:          e.text("name"),
-		Path:          e.text("path"),
-		SHA256:        e.sha256(),
-		Config:        raw["config"],
-		FailurePolicy: hooks.Policy(e.text("failurePolicy")),
-		Timeout:       e.timeout(),
-		MemoryLimit:   e.memoryLimit(),
+		Name:            e.text("name"),
+		Path:            e.text("path"),
+		SHA256:          e.sha256(),
+		PublicKey:       e.text("publicKey"),
+		DockerConfig:    e.text("dockerConfig"),
+		RefreshInterval: e.duration("refreshInterval"),
+		Config:          raw["config"],
+		FailurePolicy:   hooks.Policy(e.text("failurePolicy")),
+		Timeout:         e.duration("timeout"),
+		MemoryLimit:     e.memoryLimit(),
 	}
 	e.readMatch()
 	return e
@@ -97,16 +100,16 @@ func isNumber(raw any) bool {
 	return false
 }
 
-// timeout reads the timeout; 0 when it is absent. A written value must be
-// positive: hooks.Config takes 0 for its default, and a file asks for that
-// by leaving the key out.
-func (e *pluginEntry) timeout() time.Duration {
-	if e.raw["timeout"] == nil {
+// duration reads a duration, timeout or refreshInterval; 0 when it is
+// absent. A written value must be positive: hooks.Config takes 0 for its
+// default, and a file asks for that by leaving the key out.
+func (e *pluginEntry) duration(key string) time.Duration {
+	if e.raw[key] == nil {
 		return 0
 	}
-	d, err := time.ParseDuration(e.text("timeout"))
+	d, err := time.ParseDuration(e.text(key))
 	if err != nil || d <= 0 {
-		e.fail("timeout", hooks.Allowed("timeout"))
+		e.fail(key, hooks.Allowed(key))
 		return 0
 	}
 	return d

@@ -76,6 +76,12 @@ func TestPluginErrors(t *testing.T) {
 		{"{name: a, path: a.wasm, match: {annotations: ['a b']}}", []string{`plugins[0].match.annotations: "[a b]"`, "annotation keys"}},
 		{"{name: a, path: a.wasm, timout: 1s}", []string{`unknown key "plugins[0].timout"`, `did you mean "plugins[0].timeout"?`}},
 		{"{name: a, path: a.wasm}\n  - {name: a, path: b.wasm}", []string{`plugins[1].name: "a"`, "plugins[0] has it"}},
+		{"{name: a, path: 'oci://ghcr.io/acme/a'}", []string{`plugins[0].path: "oci://ghcr.io/acme/a"`, "oci://REGISTRY/REPO:TAG"}},
+		{"{name: a, path: a.wasm, publicKey: cosign.pub}", []string{`plugins[0].publicKey: "cosign.pub"`, "with an oci:// path only"}},
+		{"{name: a, path: a.wasm, dockerConfig: c.json}", []string{`plugins[0].dockerConfig: "c.json"`, "with an oci:// path only"}},
+		{"{name: a, path: 'oci://ghcr.io/acme/a:v1', refreshInterval: 100ms}", []string{`plugins[0].refreshInterval: "100ms"`, "between 1s and 24h, such as 5m"}},
+		{"{name: a, path: 'oci://ghcr.io/acme/a:v1', refreshInterval: often}", []string{`plugins[0].refreshInterval: "often"`}},
+		{"{name: a, path: a.wasm, refreshInterval: 1m}", []string{`plugins[0].refreshInterval: "1m"`, "with an oci:// path only"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.entry, func(t *testing.T) {
@@ -90,6 +96,31 @@ func TestPluginErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPluginOCI reads a plugin from a registry with its keys.
+func TestPluginOCI(t *testing.T) {
+	yaml := `plugins:
+  - name: zone-preference
+    path: oci://ghcr.io/acme/zone-preference:v1
+    sha256: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    publicKey: /etc/weir/cosign.pub
+    dockerConfig: /var/run/secrets/weir-registry/.dockerconfigjson
+    refreshInterval: 10m
+`
+	got, err := load(t, input{yaml: yaml})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []hooks.Config{{
+		Name: "zone-preference", Path: "oci://ghcr.io/acme/zone-preference:v1",
+		SHA256:    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		PublicKey: "/etc/weir/cosign.pub", DockerConfig: "/var/run/secrets/weir-registry/.dockerconfigjson",
+		RefreshInterval: 10 * time.Minute,
+	}}
+	if !reflect.DeepEqual(got.Plugins, want) {
+		t.Errorf("plugins\n got %#v\nwant %#v", got.Plugins, want)
 	}
 }
 
