@@ -33,3 +33,25 @@ func (c *Chain) Changes(planned *plan.Service) []Change {
 	}
 	return out
 }
+
+// LoadFailure is a plugin New could not load, and why.
+type LoadFailure struct {
+	Plugin string
+	Err    error
+}
+
+// LoadFailures returns the plugins New could not load (open ones: a
+// closed one fails New) that are still not loaded, in chain order; nil
+// when every plugin is loaded. Such a plugin passes its services through
+// unchanged; weir plan and weir plugin test report it.
+func (c *Chain) LoadFailures() []LoadFailure {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []LoadFailure
+	for _, s := range c.slots {
+		if s.p == nil && s.loadErr != nil {
+			out = append(out, LoadFailure{Plugin: s.Name, Err: s.loadErr})
+		}
+	}
+	return out
+}

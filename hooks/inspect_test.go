@@ -1,6 +1,9 @@
 package hooks
 
 import (
+	"errors"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -47,5 +50,20 @@ func TestChainChanges(t *testing.T) {
 		if g := got(tt.in); !slices.EqualFunc(g, tt.want, same) {
 			t.Errorf("%s: Changes = %v, want %v", tt.name, g, tt.want)
 		}
+	}
+}
+
+// TestChainLoadFailures checks that an open plugin New could not load is
+// reported with its error, and a loaded one is not.
+func TestChainLoadFailures(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.wasm")
+	c, _ := newChain(t, Options{}, Config{Name: "noop", Path: guest("noop")},
+		Config{Name: "gone", Path: missing, FailurePolicy: PolicyOpen})
+	got := c.LoadFailures()
+	if len(got) != 1 || got[0].Plugin != "gone" || !errors.Is(got[0].Err, fs.ErrNotExist) {
+		t.Errorf("LoadFailures = %v, want gone's file missing alone", got)
+	}
+	if ok, _ := newChain(t, Options{}, Config{Name: "noop", Path: guest("noop")}); ok.LoadFailures() != nil {
+		t.Errorf("LoadFailures of a loaded chain = %v, want nil", ok.LoadFailures())
 	}
 }

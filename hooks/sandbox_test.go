@@ -20,7 +20,7 @@ const (
 var sandboxCases = []struct{ guest, mode, reason string }{
 	{"hostile", "loop", "weir_process: timed out after 250ms"},
 	{"hostile", "membomb", "weir_process: wasm error: unreachable (stderr: runtime: out of memory"},
-	{"hostile", "panic", "weir_process returned status Panic (stderr: panic: hostile guest panics on purpose)"},
+	{"hostile", "panic", "weir_process returned status Panic (stderr: panic: hostile guest panics on purpose (at "},
 	{"hostile", "garbage", "invalid output: batch header"},
 	{"hostile", "invent", "invalid output: service 0 (default/alpha:/TCP): endpoint 0"},
 	{"hostile", "addservice", "invalid output: batch header"},

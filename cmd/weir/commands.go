@@ -354,6 +354,9 @@ func nodePorts(env *environment) planner.PortRange {
 	return planner.PortRange{First: r.First, Last: r.Last}
 }
 
+// runPlan prints the plan after the plugins, touching no kernel. A plugin
+// that failed (did not load, or failed a call) is marked in the output
+// with a "! FAILED plugin" line, and the command then fails.
 func runPlan(env *environment) error {
 	ctx, cancel := signalContext()
 	defer cancel()
@@ -369,6 +372,7 @@ func runPlan(env *environment) error {
 	if err != nil {
 		return err
 	}
+	failures := loadFailures(chain)
 	defer closeChain(chain)
 	p, err := loadedProxy(load, env, nil, chain)
 	if err != nil {
@@ -377,8 +381,12 @@ func runPlan(env *environment) error {
 	if err := p.Sync(ctx, true); err != nil {
 		return err
 	}
-	_, err = io.WriteString(env.stdout, planText(p.Plan(), changes))
-	return err
+	failures = append(failures, pluginFailures(p.PluginFailures())...)
+	if _, err := io.WriteString(env.stdout, planText(p.Plan(), changes)+failureText(failures)); err != nil {
+		return err
+	}
+	// The plan printed is what the failure policies made of the failures.
+	return joinFailures(failures)
 }
 
 // loadedProxy returns a proxy that has read the source's current objects.

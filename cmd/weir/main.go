@@ -41,7 +41,7 @@ var commands = []command{
 	{"verify", "compare the kernel's rules with the plan and list every divergence; writes nothing", verifyFlags, runVerify, nil, false},
 	{"diagnose", "explain why a service works or not on this node (NAMESPACE/NAME[:PORT], --all, or node); writes nothing", diagnoseFlags, runDiagnose, nil, true},
 	{"cleanup", "remove Weir's and kube-proxy's rules, in every mode (--keep-kube-proxy: only Weir's own, to hand back to kube-proxy)", cleanupFlags, runCleanup, nil, false},
-	{"plugin", "plugin test: show what a hook plugin does to the services of a manifests folder", nil, nil, runPluginCommand, false},
+	{"plugin", "plugin test: run hook plugins as a chain over a manifests folder and show the diff; plugin new: write a plugin skeleton; plugin push: push a plugin (signed with --sign-key) to an OCI registry", nil, nil, runPluginCommand, false},
 	{"config", "config convert FILE: print the Weir configuration equivalent to a KubeProxyConfiguration", nil, nil, runConfigCommand, false},
 	{"version", "print the version", nil, nil, nil, false},
 }

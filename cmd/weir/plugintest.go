@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	"github.com/weirproxy/weir/core/proxy"
@@ -18,35 +21,75 @@ import (
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
+// pluginUsage lists the plugin subcommands.
+const pluginUsage = "use weir plugin test --plugin X.wasm [--plugin Y.wasm ...] --manifests DIR, " +
+	"weir plugin new --lang go NAME [DIR], or weir plugin push FILE.wasm oci://REGISTRY/REPO:TAG"
+
 // pluginTest is what weir plugin test was asked to do.
 type pluginTest struct {
-	plugin, config, manifests, nodeName, cacheDir string
-	timeout                                       time.Duration
+	plugins, configs                      []string
+	manifests, nodeName, cacheDir, expect string
+	memoryLimit, policy                   string
+	timeout                               time.Duration
+	update                                bool
 }
 
-// runPluginCommand runs "weir plugin test": it plans the manifests, runs one
-// plugin over every service and prints each service before and after, as a
-// diff. It exits non-zero when the plugin fails.
+// runPluginCommand runs "weir plugin SUBCOMMAND": test, new or push.
 func runPluginCommand(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "test" {
-		return fmt.Errorf("%w: use weir plugin test --plugin X.wasm [--config c.yaml] --manifests DIR", errUsage)
+	if len(args) == 0 {
+		return fmt.Errorf("%w: %s", errUsage, pluginUsage)
 	}
+	switch args[0] {
+	case "test":
+		return runPluginTest(args[1:], stdout, stderr)
+	case "new":
+		return runPluginNew(args[1:], stdout, stderr)
+	case "push":
+		return runPluginPush(args[1:], stdout, stderr)
+	}
+	return fmt.Errorf("%w: unknown subcommand %q; %s", errUsage, args[0], pluginUsage)
+}
+
+// runPluginTest runs "weir plugin test": it plans the manifests, runs the
+// plugins over every service as a chain, in order, and prints each service
+// before and after, as a diff. It fails when a plugin fails, whatever the
+// failure policy, and when the result differs from the --expect file.
+func runPluginTest(args []string, stdout, stderr io.Writer) error {
 	var t pluginTest
 	fs := pflag.NewFlagSet("weir plugin test", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&t.plugin, "plugin", "", "the plugin's .wasm file (required)")
-	fs.StringVar(&t.config, "config", "", "YAML file holding the plugin's config value")
+	t.addFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if len(t.plugins) == 0 || t.manifests == "" || fs.NArg() > 0 {
+		return fmt.Errorf("%w: weir plugin test needs --plugin and --manifests and takes no arguments", errUsage)
+	}
+	if t.update && t.expect == "" {
+		return fmt.Errorf("%w: --update writes the --expect file: give --expect FILE", errUsage)
+	}
+	cfgs, err := t.chainConfig()
+	if err != nil {
+		return err
+	}
+	return t.run(stdout, slog.New(slog.NewTextHandler(stderr, nil)), cfgs)
+}
+
+// addFlags registers weir plugin test's flags on fs.
+func (t *pluginTest) addFlags(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&t.plugins, "plugin", nil,
+		"a plugin's .wasm file, or NAME=FILE; repeat to run several as a chain, in order (required)")
+	fs.StringArrayVar(&t.configs, "config", nil,
+		"YAML file holding a plugin's config value: FILE with one plugin, else NAME=FILE; repeatable")
 	fs.StringVar(&t.manifests, "manifests", "", "folder of Service, EndpointSlice and Node manifests (required)")
 	fs.StringVar(&t.nodeName, "node-name", defaultNode(), "the node to plan for")
 	fs.StringVar(&t.cacheDir, "cache-dir", "", "compilation cache folder; empty compiles in memory")
-	fs.DurationVar(&t.timeout, "timeout", hooks.DefaultTimeout, "longest call into the plugin")
-	if err := fs.Parse(args[1:]); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if t.plugin == "" || t.manifests == "" || fs.NArg() > 0 {
-		return fmt.Errorf("%w: weir plugin test needs --plugin and --manifests and takes no arguments", errUsage)
-	}
-	return t.run(stdout, slog.New(slog.NewTextHandler(stderr, nil)))
+	fs.DurationVar(&t.timeout, "timeout", hooks.DefaultTimeout, "longest call into each plugin")
+	fs.StringVar(&t.memoryLimit, "memory-limit", "", "each plugin's memory limit, such as 64Mi (default 64Mi)")
+	fs.StringVar(&t.policy, "failure-policy", string(hooks.PolicyOpen),
+		"open or closed: what the services of a failed plugin get (the command fails either way)")
+	fs.StringVar(&t.expect, "expect", "", "golden file: fail unless the services after the plugins are these")
+	fs.BoolVar(&t.update, "update", false, "write the result to the --expect file instead of comparing")
 }
 
 func defaultNode() string {
@@ -54,61 +97,196 @@ func defaultNode() string {
 	return strings.ToLower(name)
 }
 
-func (t pluginTest) run(stdout io.Writer, log *slog.Logger) error {
-	ctx, cancel := signalContext()
-	defer cancel()
-	cfg, err := t.pluginConfig()
-	if err != nil {
-		return err
+// chainConfig turns the flags into the chain's plugin configurations,
+// checked as Weir checks its configuration file.
+func (t pluginTest) chainConfig() ([]hooks.Config, error) {
+	var limit uint64
+	if t.memoryLimit != "" {
+		q, err := resource.ParseQuantity(t.memoryLimit)
+		if err != nil || q.Sign() <= 0 {
+			return nil, fmt.Errorf("%w: --memory-limit %q: use %s", errUsage, t.memoryLimit, hooks.Allowed("memoryLimit"))
+		}
+		limit = uint64(q.Value())
 	}
-	p := proxy.New(proxy.Options{NodeName: t.nodeName, Log: slog.New(slog.DiscardHandler)})
-	if err := p.LoadOnce(ctx, files.New(t.manifests, log)); err != nil {
-		return fmt.Errorf("manifests %s: %w", t.manifests, err)
+	cfgs := make([]hooks.Config, len(t.plugins))
+	for i, p := range t.plugins {
+		name, path := pluginName(p)
+		cfgs[i] = hooks.Config{Name: name, Path: path, Timeout: t.timeout, MemoryLimit: limit,
+			FailurePolicy: hooks.Policy(t.policy)}
 	}
-	if err := p.Sync(ctx, true); err != nil {
-		return err
+	if err := t.addConfigs(cfgs); err != nil {
+		return nil, err
 	}
-	planned := p.Planned()
-	name := strings.TrimSuffix(filepath.Base(t.plugin), ".wasm")
-	chain, err := hooks.New(ctx, []hooks.Config{{Name: name, Path: t.plugin, Config: cfg, Timeout: t.timeout,
-		FailurePolicy: hooks.PolicyClosed}}, hooks.Options{CacheDir: t.cacheDir, Log: log})
-	if err != nil {
-		return err
+	if errs := hooks.Check(cfgs); len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %s", errUsage, flagError(errs[0], cfgs))
 	}
-	defer closeChain(chain)
-	keys := planned.Keys()
-	in := make([]*plan.Service, len(keys))
-	for i, k := range keys {
-		in[i] = planned.Services[k]
-	}
-	out, err := chain.Apply(ctx, planned.Node, in, true)
-	if err != nil {
-		return err
-	}
-	_, err = io.WriteString(stdout, beforeAfter(name, in, out))
-	return err
+	return cfgs, nil
 }
 
-// pluginConfig reads the plugin's config value from its YAML file.
-func (t pluginTest) pluginConfig() (any, error) {
-	if t.config == "" {
-		return nil, nil
+// flagError words a configuration error in terms of the flags.
+func flagError(e *hooks.FieldError, cfgs []hooks.Config) string {
+	flag := map[string]string{"name": "--plugin NAME=", "failurePolicy": "--failure-policy",
+		"timeout": "--timeout", "memoryLimit": "--memory-limit", "path": "--plugin"}[e.Key]
+	if flag == "" {
+		flag = e.Key
 	}
-	data, err := os.ReadFile(t.config)
+	return fmt.Sprintf("%s %q (plugin %s): not allowed; use %s", flag, e.Value, cfgs[e.Index].Path, e.Allowed)
+}
+
+// pluginName splits a --plugin value into the plugin's name and file: the
+// name is NAME of NAME=FILE, or the file's base name without .wasm.
+func pluginName(v string) (name, path string) {
+	if n, p, ok := strings.Cut(v, "="); ok && dnsName(n) {
+		return n, p
+	}
+	return strings.ToLower(strings.TrimSuffix(filepath.Base(v), ".wasm")), v
+}
+
+// dnsName reports whether s can be a plugin's name.
+func dnsName(s string) bool {
+	return len(hooks.Check([]hooks.Config{{Name: s, Path: "x"}})) == 0
+}
+
+// addConfigs reads each --config file into the configuration of its plugin.
+func (t pluginTest) addConfigs(cfgs []hooks.Config) error {
+	for _, c := range t.configs {
+		i, path := configTarget(c, cfgs)
+		if i < 0 {
+			return fmt.Errorf("%w: --config %q: with several plugins, use NAME=FILE where NAME is one of %s",
+				errUsage, c, strings.Join(names(cfgs), ", "))
+		}
+		v, err := readPluginConfig(path)
+		if err != nil {
+			return err
+		}
+		cfgs[i].Config = v
+	}
+	return nil
+}
+
+// configTarget returns the index of the plugin a --config value is for and
+// the file, or -1.
+func configTarget(v string, cfgs []hooks.Config) (int, string) {
+	if n, p, ok := strings.Cut(v, "="); ok {
+		for i, c := range cfgs {
+			if c.Name == n {
+				return i, p
+			}
+		}
+	}
+	if len(cfgs) == 1 {
+		return 0, v
+	}
+	return -1, ""
+}
+
+// names lists the plugins' names, in order.
+func names(cfgs []hooks.Config) []string {
+	out := make([]string, len(cfgs))
+	for i, c := range cfgs {
+		out[i] = c.Name
+	}
+	return out
+}
+
+// readPluginConfig reads a plugin's config value from its YAML file.
+func readPluginConfig(path string) (any, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var v any
 	if err := yaml.Unmarshal(data, &v); err != nil {
-		return nil, fmt.Errorf("%s: %w", t.config, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return v, nil
 }
 
+// run plans the manifests, applies the chain, prints the result and checks
+// it: against the plugins' failures, then the --expect file.
+func (t pluginTest) run(stdout io.Writer, log *slog.Logger, cfgs []hooks.Config) error {
+	ctx, cancel := signalContext()
+	defer cancel()
+	planned, err := t.plan(ctx, log)
+	if err != nil {
+		return err
+	}
+	res, err := applyChain(ctx, cfgs, hooks.Options{CacheDir: t.cacheDir}, log, planned)
+	if err != nil {
+		return err
+	}
+	report := beforeAfter(names(cfgs), res.in, res.out, res.changes) + failureText(res.failures)
+	if _, err := io.WriteString(stdout, report); err != nil {
+		return err
+	}
+	if err := joinFailures(res.failures); err != nil {
+		return err
+	}
+	if t.expect == "" {
+		return nil
+	}
+	got := goldenText(names(cfgs), res.out)
+	if t.update {
+		return writeGolden(stdout, t.expect, got)
+	}
+	return compareGolden(t.expect, got)
+}
+
+// plan returns the planner's plan of the manifests for the node.
+func (t pluginTest) plan(ctx context.Context, log *slog.Logger) (*plan.Plan, error) {
+	p := proxy.New(proxy.Options{NodeName: t.nodeName, Log: slog.New(slog.DiscardHandler)})
+	if err := p.LoadOnce(ctx, files.New(t.manifests, log)); err != nil {
+		return nil, fmt.Errorf("manifests %s: %w", t.manifests, err)
+	}
+	if err := p.Sync(ctx, true); err != nil {
+		return nil, err
+	}
+	return p.Planned(), nil
+}
+
+// chainResult is what one pass of the chain over a plan gave.
+type chainResult struct {
+	in, out  []*plan.Service
+	changes  []change
+	failures []pluginFailure
+}
+
+// applyChain loads the plugins and runs every service of planned through
+// them once, as a full sync does.
+func applyChain(ctx context.Context, cfgs []hooks.Config, opts hooks.Options, log *slog.Logger,
+	planned *plan.Plan) (*chainResult, error) {
+	var res chainResult
+	opts.OnChange = func(plugin string, before, after *plan.Service) {
+		res.changes = append(res.changes, change{plugin, before, after})
+	}
+	opts.Log = log
+	chain, err := hooks.New(ctx, cfgs, opts)
+	if err != nil {
+		return nil, err
+	}
+	res.failures = loadFailures(chain)
+	defer closeChain(chain)
+	keys := planned.Keys()
+	res.in = make([]*plan.Service, len(keys))
+	for i, k := range keys {
+		res.in[i] = planned.Services[k]
+	}
+	out, err := chain.Apply(ctx, planned.Node, res.in, true)
+	res.out = out
+	res.failures = append(res.failures, pluginFailures(err)...)
+	return &res, nil
+}
+
 // beforeAfter renders every service as a unified diff of its plan before
-// and after the plugin, then a count.
-func beforeAfter(plugin string, in, out []*plan.Service) string {
+// and after the chain, says which plugin changed which lines when there
+// are several, then counts.
+func beforeAfter(plugins []string, in, out []*plan.Service, changes []change) string {
 	var b strings.Builder
+	byKey := map[plan.Key][]change{}
+	for _, c := range changes {
+		byKey[c.before.Key] = append(byKey[c.before.Key], c)
+	}
+	chain := strings.Join(plugins, ", ")
 	changed := 0
 	for i, s := range in {
 		if s.Equal(out[i]) {
@@ -116,11 +294,54 @@ func beforeAfter(plugin string, in, out []*plan.Service) string {
 			continue
 		}
 		changed++
-		fmt.Fprintf(&b, "--- %s before %s\n+++ %s after %s\n", s.Key, plugin, s.Key, plugin)
+		fmt.Fprintf(&b, "--- %s before %s\n+++ %s after %s\n", s.Key, chain, s.Key, chain)
 		for _, l := range lineDiff(serviceLines(s), serviceLines(out[i])) {
 			b.WriteString(string(l.op) + l.text + "\n")
 		}
+		if out[i] == nil {
+			b.WriteString("  # no rules: a closed plugin failed and there are no last good ones\n")
+		}
+		if len(plugins) > 1 {
+			writeChanges(&b, byKey[s.Key])
+		}
 	}
-	fmt.Fprintf(&b, "%s changed %d of %d services\n", plugin, changed, len(in))
+	fmt.Fprintf(&b, "%s changed %d of %d services\n", chain, changed, len(in))
 	return b.String()
+}
+
+// writeChanges writes, as comments, the lines each plugin changed.
+func writeChanges(b *strings.Builder, changes []change) {
+	for _, c := range changes {
+		b.WriteString("  # plugin " + c.plugin + " changed:\n")
+		for _, l := range lineDiff(serviceLines(c.before), serviceLines(c.after)) {
+			if l.op != ' ' {
+				b.WriteString("  #   " + string(l.op) + " " + strings.TrimSpace(l.text) + "\n")
+			}
+		}
+	}
+}
+
+// pluginFailures returns the plugin failures an Apply error holds.
+func pluginFailures(err error) []pluginFailure {
+	if err == nil {
+		return nil
+	}
+	var out []pluginFailure
+	for _, e := range unjoin(err) {
+		var pe *hooks.PluginError
+		if errors.As(e, &pe) {
+			out = append(out, pluginFailure{plugin: pe.Plugin, err: pe})
+		} else {
+			out = append(out, pluginFailure{err: e})
+		}
+	}
+	return out
+}
+
+// unjoin returns the errors errors.Join joined, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }

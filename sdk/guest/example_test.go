@@ -152,12 +152,20 @@ func ExampleProcess() {
 		b.Service(0).Endpoint(2).SetWeight(0) // there are two endpoints
 		return nil
 	}}
-	_, status = guest.Process(broken, batch, os.Stdout)
+	// A panic's reason says where it happened: here in the SDK's accessor,
+	// called from the plugin's line that passed the bad index.
+	var stderr strings.Builder
+	_, status = guest.Process(broken, batch, &stderr)
+	reason, site, _ := strings.Cut(stderr.String(), " (at ")
+	_, caller, _ := strings.Cut(site, ", called from ")
 	fmt.Println(status)
+	fmt.Println(reason)
+	fmt.Println(strings.Contains(caller, "example_test.go:"))
 	// Output:
 	// OK
 	// zone-a 10
 	// zone-b 1
-	// panic: abi: endpoint index 2 out of range [0,2)
 	// Panic
+	// panic: abi: endpoint index 2 out of range [0,2)
+	// true
 }

@@ -33,7 +33,7 @@ func weirAlloc(size int32) (ptr uint32) {
 	defer yield()
 	defer func() {
 		if r := recover(); r != nil {
-			writeLine(os.Stderr, "weir_alloc: panic: "+panicText(r))
+			writeLine(os.Stderr, "weir_alloc: panic: "+panicText(r)+panicSite())
 			ptr = 0
 		}
 	}()
@@ -56,7 +56,7 @@ func weirConfigure(ptr, n uint32) (status uint32) {
 	defer yield()
 	defer func() {
 		if r := recover(); r != nil {
-			writeLine(os.Stderr, "weir_configure: panic: "+panicText(r))
+			writeLine(os.Stderr, "weir_configure: panic: "+panicText(r)+panicSite())
 			status = uint32(abi.StatusPanic)
 		}
 	}()
@@ -73,7 +73,7 @@ func weirProcess(ptr, n uint32) (result uint64) {
 	defer yield()
 	defer func() {
 		if r := recover(); r != nil {
-			writeLine(os.Stderr, "weir_process: panic: "+panicText(r))
+			writeLine(os.Stderr, "weir_process: panic: "+panicText(r)+panicSite())
 			result = uint64(abi.StatusPanic)
 		}
 	}()

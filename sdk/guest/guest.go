@@ -15,7 +15,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"runtime"
 	"strconv"
+	"strings"
 
 	"github.com/weirproxy/weir/sdk/abi"
 )
@@ -67,7 +69,7 @@ func noConfig(config []byte) bool {
 func Process(p Plugin, in []byte, stderr io.Writer) (out []byte, status abi.Status) {
 	defer func() {
 		if r := recover(); r != nil {
-			writeLine(stderr, "panic: "+panicText(r))
+			writeLine(stderr, "panic: "+panicText(r)+panicSite())
 			out, status = nil, abi.StatusPanic
 		}
 	}()
@@ -91,7 +93,7 @@ func Process(p Plugin, in []byte, stderr io.Writer) (out []byte, status abi.Stat
 func Configure(p Plugin, config []byte, stderr io.Writer) (status abi.Status) {
 	defer func() {
 		if r := recover(); r != nil {
-			writeLine(stderr, "panic: "+panicText(r))
+			writeLine(stderr, "panic: "+panicText(r)+panicSite())
 			status = abi.StatusPanic
 		}
 	}()
@@ -132,4 +134,63 @@ func panicText(r any) string {
 		return strconv.Itoa(v)
 	}
 	return "(a value that is not an error or string)"
+}
+
+// panicSite says where the panic being recovered was raised, as
+// " (at FILE:LINE in FUNC)": the innermost frame outside the runtime, below
+// the panic, so not the deferred function that recovers. When that frame
+// is in the SDK (an abi accessor given a bad index, say), it adds the
+// frame that called into that package, usually the plugin's. It must be
+// called by the deferred function that calls recover; "" when the stack
+// holds no panic.
+func panicSite() string {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
+	panicking := false
+	var site runtime.Frame
+	for {
+		f, more := frames.Next()
+		switch {
+		case f.Function == "runtime.gopanic":
+			panicking = true
+		case !panicking || strings.HasPrefix(f.Function, "runtime."):
+		case site.Function == "":
+			site = f
+			if !inSDK(site) {
+				return " (at " + frameText(site) + ")"
+			}
+		case funcPackage(f.Function) != funcPackage(site.Function):
+			return " (at " + frameText(site) + ", called from " + frameText(f) + ")"
+		}
+		if !more {
+			break
+		}
+	}
+	if site.Function != "" {
+		return " (at " + frameText(site) + ")"
+	}
+	return ""
+}
+
+// sdkPath prefixes the functions of the SDK's packages.
+const sdkPath = "github.com/weirproxy/weir/sdk/"
+
+// inSDK reports whether f is the SDK's own code (not its tests).
+func inSDK(f runtime.Frame) bool {
+	return strings.HasPrefix(f.Function, sdkPath) && !strings.HasSuffix(f.File, "_test.go")
+}
+
+// frameText formats a frame as FILE:LINE in FUNC, FUNC without its import path.
+func frameText(f runtime.Frame) string {
+	return f.File + ":" + strconv.Itoa(f.Line) + " in " + f.Function[strings.LastIndexByte(f.Function, '/')+1:]
+}
+
+// funcPackage returns the import path of a function's package, from its
+// full name such as example.com/p.T.Method.
+func funcPackage(fn string) string {
+	slash := strings.LastIndexByte(fn, '/')
+	if dot := strings.IndexByte(fn[slash+1:], '.'); dot >= 0 {
+		return fn[:slash+1+dot]
+	}
+	return fn
 }

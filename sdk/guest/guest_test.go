@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"net/netip"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -43,15 +45,15 @@ func TestProcess(t *testing.T) {
 		{"handler error", Plugin{Process: func(*abi.Batch) error { return errors.New("zone unknown") }},
 			nil, abi.StatusFailed, "zone unknown\n", 0},
 		{"panic with a string", Plugin{Process: func(*abi.Batch) error { panic("boom") }},
-			nil, abi.StatusPanic, "panic: boom\n", 0},
+			nil, abi.StatusPanic, "panic: boom (at ", 0},
 		{"panic with an error", Plugin{Process: func(*abi.Batch) error { panic(errors.New("bad")) }},
-			nil, abi.StatusPanic, "panic: bad\n", 0},
+			nil, abi.StatusPanic, "panic: bad (at ", 0},
 		{"runtime panic", Plugin{Process: func(b *abi.Batch) error { b.Service(0).Endpoint(5); return nil }},
-			nil, abi.StatusPanic, "panic: abi: endpoint index 5 out of range [0,2)\n", 0},
+			nil, abi.StatusPanic, "panic: abi: endpoint index 5 out of range [0,2) (at ", 0},
 		{"nil dereference", Plugin{Process: func(b *abi.Batch) error { var p *plan.Service; _ = p.Port; return nil }},
-			nil, abi.StatusPanic, "panic: runtime error: invalid memory address or nil pointer dereference\n", 0},
+			nil, abi.StatusPanic, "panic: runtime error: invalid memory address or nil pointer dereference (at ", 0},
 		{"panic with another value", Plugin{Process: func(*abi.Batch) error { panic(struct{}{}) }},
-			nil, abi.StatusPanic, "panic: (a value that is not an error or string)\n", 0},
+			nil, abi.StatusPanic, "panic: (a value that is not an error or string) (at ", 0},
 		{"garbage input", Plugin{Process: func(*abi.Batch) error { t.Error("called on garbage"); return nil }},
 			[]byte("not a batch at all, clearly, not at all"), abi.StatusBadInput, "bad batch: abi: bad magic", 0},
 		{"empty input", Plugin{}, []byte{}, abi.StatusBadInput, "bad batch: abi: batch of 0 bytes is shorter than its header\n", 0},
@@ -110,7 +112,7 @@ func TestConfigure(t *testing.T) {
 		{"trailing data", strict, `{"zone":"z1"} {}`, abi.StatusBadConfig, "config: unexpected data after the JSON value\n"},
 		{"wrong type", strict, `{"zone":1}`, abi.StatusBadConfig, "config: json: cannot unmarshal"},
 		{"callback error", Plugin{Configure: func([]byte) error { return errors.New("no") }}, "{}", abi.StatusBadConfig, "no\n"},
-		{"callback panic", Plugin{Configure: func([]byte) error { panic("cfg boom") }}, "{}", abi.StatusPanic, "panic: cfg boom\n"},
+		{"callback panic", Plugin{Configure: func([]byte) error { panic("cfg boom") }}, "{}", abi.StatusPanic, "panic: cfg boom (at "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
@@ -149,4 +151,52 @@ func TestRegisterTwice(t *testing.T) {
 		}
 	}()
 	Register(Plugin{})
+}
+
+// TestPanicSite checks that a recovered panic names the line that
+// panicked, not the SDK's recover, and for a panic inside the SDK also the
+// plugin's line that called it.
+func TestPanicSite(t *testing.T) {
+	var site string // file:line of the statement after the runtime.Caller
+	here := func() {
+		_, file, line, _ := runtime.Caller(1)
+		site = file + ":" + strconv.Itoa(line+1)
+	}
+	for _, tc := range []struct {
+		name    string
+		process func(b *abi.Batch) error
+		want    func() string
+	}{
+		{"panic", func(*abi.Batch) error {
+			here()
+			panic("boom")
+		}, func() string { return "panic: boom (at " + site + " in guest.TestPanicSite.func" }},
+		{"runtime error", func(b *abi.Batch) error {
+			var none []int
+			here()
+			_ = none[b.Len()]
+			return nil
+		}, func() string {
+			return "panic: runtime error: index out of range [1] with length 0 (at " + site + " in "
+		}},
+		{"inside the SDK", func(b *abi.Batch) error {
+			here()
+			b.Service(0).Endpoint(7)
+			return nil
+		}, func() string { return "/abi/view.go:" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			if _, status := Process(Plugin{Process: tc.process}, encoded(t), &stderr); status != abi.StatusPanic {
+				t.Fatalf("status %v", status)
+			}
+			got := stderr.String()
+			if !strings.Contains(got, tc.want()) || strings.Contains(got, "guest.go") {
+				t.Errorf("stderr %q lacks %q or names the recover", got, tc.want())
+			}
+			if tc.name == "inside the SDK" && !strings.Contains(got, ", called from "+site+" in guest.TestPanicSite.func") {
+				t.Errorf("stderr %q does not say the SDK was called from %s", got, site)
+			}
+		})
+	}
 }

@@ -49,7 +49,7 @@ func ExampleRun() {
 	// Output:
 	// service shop/web:/TCP
 	//   clusterIP 10.96.0.10 port 80
-	//   endpoint 10.244.1.5:8080 weight=1 node=node-a1 zone=zone-a pod=web-1 ready serving
+	//   endpoint 10.244.1.5:8080 weight=1 node=node-a1 zone=zone-a pod=web-1 ready serving local
 	//   endpoint 10.244.2.7:8080 weight=0 node=node-b1 zone=zone-b pod=web-2 ready serving
 	// db unchanged: true
 }

@@ -4,8 +4,8 @@
 package sdktest
 
 import (
-	"bytes"
 	"errors"
+	"io"
 	"net/netip"
 	"strings"
 
@@ -18,31 +18,49 @@ import (
 // through guest.Configure/guest.Process (same recover/status path as the wasm export), then checks the output
 // with abi.Decode, the very validation Weir applies. It returns the services Weir would use, or an error
 // naming the status/validation failure and the plugin's stderr.
+//
+// Like Weir's planner, Run first sets each endpoint's Local and ForLocal flags from node, in place (see
+// Locate). Use Capture to assert what the plugin wrote to stderr.
 func Run(p guest.Plugin, config string, node plan.Node, services ...*plan.Service) ([]*plan.Service, error) {
+	out, _, err := Capture(p, config, node, services...)
+	return out, err
+}
+
+// Capture is Run that also returns the lines the plugin wrote to stderr, in order: its own writes to
+// os.Stderr and the SDK's reasons for a failure (a recovered panic names its file and line), as Weir
+// would log them under the plugin's name. While it runs, os.Stderr is a pipe it reads; concurrent
+// Captures and Runs take turns.
+func Capture(p guest.Plugin, config string, node plan.Node, services ...*plan.Service) (
+	out []*plan.Service, stderr []string, err error) {
 	if config == "" {
 		config = "null"
 	}
-	var stderr bytes.Buffer
-	if st := guest.Configure(p, []byte(config), &stderr); st != abi.StatusOK {
-		return nil, failure("configure returned status "+st.String(), &stderr)
-	}
+	Locate(node, services...)
 	var enc abi.Encoder
 	in := enc.Encode(node, services, true)
-	out, st := guest.Process(p, in, &stderr)
-	if st != abi.StatusOK {
-		return nil, failure("process returned status "+st.String(), &stderr)
-	}
-	res, err := abi.Decode(services, out)
+	lines, err := captureStderr(func(w io.Writer) error {
+		if st := guest.Configure(p, []byte(config), w); st != abi.StatusOK {
+			return errors.New("configure returned status " + st.String())
+		}
+		res, st := guest.Process(p, in, w)
+		if st != abi.StatusOK {
+			return errors.New("process returned status " + st.String())
+		}
+		if out, err = abi.Decode(services, res); err != nil {
+			return errors.New("output rejected: " + err.Error())
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, failure("output rejected: "+err.Error(), &stderr)
+		return nil, lines, failure(err.Error(), lines)
 	}
-	return res, nil
+	return out, lines, nil
 }
 
 // failure builds an error from what went wrong and the plugin's stderr.
-func failure(what string, stderr *bytes.Buffer) error {
-	if s := strings.TrimSpace(stderr.String()); s != "" {
-		what += "; plugin stderr: " + s
+func failure(what string, stderr []string) error {
+	if len(stderr) > 0 {
+		what += "; plugin stderr: " + strings.Join(stderr, "\n")
 	}
 	return errors.New("sdktest: " + what)
 }

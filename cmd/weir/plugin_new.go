@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/template"
+
+	"github.com/spf13/pflag"
+)
+
+// skeletons holds one folder of templates per language: each *.tmpl file
+// becomes the file of the same path without .tmpl.
+//
+//go:embed pluginskel
+var skeletons embed.FS
+
+// language is a language weir plugin new knows of.
+type language struct {
+	// dir is the language's folder in skeletons; "" when not yet supported.
+	dir string
+	// next says how to build and test the generated plugin.
+	next string
+	// sdkNote, printed without --sdk-dir, says how to reach the SDK.
+	sdkNote string
+}
+
+// languages are the values of --lang. Adding one is a folder of templates
+// under pluginskel and an entry here.
+var languages = map[string]language{
+	"go": {dir: "pluginskel/go", next: "cd %s && go test ./... && " +
+		"GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o %s.wasm .",
+		sdkNote: "go.mod requires github.com/weirproxy/weir/sdk v0.1.0 (sdk/README.md); to build against " +
+			"a checkout of Weir instead, run go mod edit -replace github.com/weirproxy/weir/sdk=/path/to/weir/sdk " +
+			"there (or use --sdk-dir)."},
+	"rust":           {},
+	"assemblyscript": {},
+}
+
+// skeleton is what weir plugin new was asked to write.
+type skeleton struct {
+	lang, dir string
+	// Name is the plugin's name; Module its Go module path; SDKDir, when
+	// set, the folder of Weir's sdk module for a replace directive.
+	Name, Module, SDKDir string
+	force                bool
+}
+
+// runPluginNew runs "weir plugin new --lang LANG NAME [DIR]": it writes a
+// plugin skeleton that builds and whose tests pass.
+func runPluginNew(args []string, stdout, stderr io.Writer) error {
+	var s skeleton
+	fs := pflag.NewFlagSet("weir plugin new", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&s.lang, "lang", "", "the plugin's language: "+strings.Join(languageNames(), ", ")+" (required)")
+	fs.StringVar(&s.Module, "module", "", "the Go module path (default example.com/NAME)")
+	fs.StringVar(&s.SDKDir, "sdk-dir", "", "a folder holding Weir's sdk module: go.mod then builds against it (replace directive)")
+	fs.BoolVar(&s.force, "force", false, "overwrite files that exist")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if err := s.complete(fs.Args()); err != nil {
+		return err
+	}
+	lang := languages[s.lang]
+	if err := s.write(lang.dir); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(stdout, "wrote the %s plugin %s in %s; next:\n  "+lang.next+"\n", s.lang, s.Name, s.dir, s.dir, s.Name); err != nil {
+		return err
+	}
+	if lang.sdkNote != "" && s.SDKDir == "" {
+		_, err := fmt.Fprintln(stdout, lang.sdkNote)
+		return err
+	}
+	return nil
+}
+
+// languageNames lists the --lang values, sorted.
+func languageNames() []string {
+	var out []string
+	for n := range languages {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// complete checks the language and the arguments and fills in the defaults.
+func (s *skeleton) complete(args []string) error {
+	lang, ok := languages[s.lang]
+	switch {
+	case s.lang == "":
+		return fmt.Errorf("%w: weir plugin new needs --lang (%s)", errUsage, strings.Join(languageNames(), ", "))
+	case !ok:
+		return fmt.Errorf("%w: --lang %q: unknown; use %s", errUsage, s.lang, strings.Join(languageNames(), ", "))
+	case lang.dir == "":
+		return fmt.Errorf("--lang %s is not yet supported (go is); docs/plugin-abi.md describes the ABI a %s plugin implements", s.lang, s.lang)
+	case len(args) < 1 || len(args) > 2:
+		return fmt.Errorf("%w: use weir plugin new --lang %s NAME [DIR]", errUsage, s.lang)
+	}
+	s.Name, s.dir = args[0], args[0]
+	if len(args) == 2 {
+		s.dir = args[1]
+	}
+	if !dnsName(s.Name) {
+		return fmt.Errorf("%w: plugin name %q: use lower-case letters, digits and '-', at most 63 characters", errUsage, s.Name)
+	}
+	if s.Module == "" {
+		s.Module = "example.com/" + s.Name
+	}
+	if s.SDKDir != "" {
+		abs, err := filepath.Abs(s.SDKDir)
+		if err != nil {
+			return err
+		}
+		s.SDKDir = abs
+	}
+	return nil
+}
+
+// write renders every template of the language's folder into s.dir. It
+// refuses, before writing anything, when a file exists and force is not set.
+func (s *skeleton) write(dir string) error {
+	files, err := s.render(dir)
+	if err != nil {
+		return err
+	}
+	if !s.force {
+		for _, name := range files.names {
+			if _, err := os.Stat(filepath.Join(s.dir, name)); err == nil {
+				return fmt.Errorf("%s exists; use --force to overwrite it", filepath.Join(s.dir, name))
+			}
+		}
+	}
+	for _, name := range files.names {
+		p := filepath.Join(s.dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, files.data[name], 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rendered is a skeleton's files by path, in order.
+type rendered struct {
+	names []string
+	data  map[string][]byte
+}
+
+// render executes the templates under dir with s.
+func (s *skeleton) render(dir string) (*rendered, error) {
+	out := &rendered{data: map[string][]byte{}}
+	err := fs.WalkDir(skeletons, dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if !strings.HasSuffix(p, ".tmpl") {
+			return errors.New("skeleton file without .tmpl: " + p)
+		}
+		text, err := skeletons.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		t, err := template.New(path.Base(p)).Option("missingkey=error").Parse(string(text))
+		if err != nil {
+			return err
+		}
+		var b bytes.Buffer
+		if err := t.Execute(&b, s); err != nil {
+			return err
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(p, dir+"/"), ".tmpl")
+		out.names = append(out.names, name)
+		out.data[name] = b.Bytes()
+		return nil
+	})
+	return out, err
+}
