@@ -242,15 +242,7 @@ func watchedOCI(t *testing.T, cfg Config) (*Chain, chan struct{}, chan error) {
 	cfg.RefreshInterval = time.Second
 	c, _ := newChain(t, Options{CacheDir: t.TempDir(), Observer: registryEvents{failed},
 		OnReload: func() { reloaded <- struct{}{} }}, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Watch(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Watch: %v", err)
-		}
-	})
+	watchInBackground(t, c)
 	return c, reloaded, failed
 }
 

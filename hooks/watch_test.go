@@ -18,15 +18,7 @@ func watched(t *testing.T, path string, policy Policy) (c *Chain, logs *logBuffe
 	reloaded = make(chan struct{}, 10)
 	c, logs = newChain(t, Options{OnReload: func() { reloaded <- struct{}{} }},
 		Config{Name: "p", Path: path, FailurePolicy: policy})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Watch(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Watch: %v", err)
-		}
-	})
+	watchInBackground(t, c)
 	return c, logs, reloaded
 }
 
@@ -172,4 +164,19 @@ func TestWatchLateFile(t *testing.T) {
 	if w := weightsAfter(t, c, alpha); !slices.Equal(w, []uint32{4}) {
 		t.Errorf("after the file appeared weights are %v, want 4", w)
 	}
+}
+
+// watchInBackground runs c.Watch until the test ends, and fails the test
+// if it returns an error.
+func watchInBackground(t *testing.T, c *Chain) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Watch(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	})
 }
