@@ -15,6 +15,10 @@ import (
 	"text/template"
 
 	"github.com/spf13/pflag"
+
+	"github.com/weirproxy/weir/sdk/abi"
+	"github.com/weirproxy/weir/sdk/plan"
+	"github.com/weirproxy/weir/sdk/sdktest"
 )
 
 // skeletons holds one folder of templates per language: each *.tmpl file
@@ -31,6 +35,8 @@ type language struct {
 	next string
 	// sdkNote, printed without --sdk-dir, says how to reach the SDK.
 	sdkNote string
+	// generated returns files made by code rather than templates, by path.
+	generated func(s *skeleton) map[string][]byte
 }
 
 // languages are the values of --lang. Adding one is a folder of templates
@@ -41,8 +47,26 @@ var languages = map[string]language{
 		sdkNote: "go.mod requires github.com/weirproxy/weir/sdk v0.1.0 (sdk/README.md); to build against " +
 			"a checkout of Weir instead, run go mod edit -replace github.com/weirproxy/weir/sdk=/path/to/weir/sdk " +
 			"there (or use --sdk-dir)."},
-	"rust":           {},
+	"rust": {dir: "pluginskel/rust", next: "cd %s && make test build  # %s.wasm",
+		sdkNote: "The Makefile and Cargo.toml look for Weir's Rust SDK in ../weir/sdk/rust; set WEIR_SDK " +
+			"(and the path in Cargo.toml) to your checkout's sdk/rust, or use --sdk-dir.",
+		generated: func(s *skeleton) map[string][]byte { return map[string][]byte{"testdata/batch.bin": sampleBatch(s.Name)} }},
 	"assemblyscript": {},
+}
+
+// sampleBatch is the batch the generated Rust plugin's test reads, as Weir
+// would send it: web asks to drain web-1 of web-1 and web-2, solo asks to
+// drain its only endpoint, and plain asks nothing; the annotation is the
+// plugin's, NAME.weir.dev/drain.
+func sampleBatch(name string) []byte {
+	ep := func(addr, pod string) plan.Endpoint { return sdktest.Endpoint(addr, 8080, "node-a", "zone-a", pod) }
+	web := sdktest.Service("shop", "web", "10.96.0.10", 80, ep("10.244.1.5", "web-1"), ep("10.244.1.6", "web-2"))
+	solo := sdktest.Service("shop", "solo", "10.96.0.11", 80, ep("10.244.1.7", "solo-1"))
+	plain := sdktest.Service("shop", "plain", "10.96.0.12", 80, ep("10.244.1.8", "plain-1"), ep("10.244.1.9", "plain-2"))
+	web.Annotations = map[string]string{name + ".weir.dev/drain": "web-1"}
+	solo.Annotations = map[string]string{name + ".weir.dev/drain": "solo-1"}
+	var e abi.Encoder
+	return slices.Clone(e.Encode(plan.Node{Name: "node-a", Zone: "zone-a"}, []*plan.Service{web, solo, plain}, true))
 }
 
 // skeleton is what weir plugin new was asked to write.
@@ -103,7 +127,7 @@ func (s *skeleton) complete(args []string) error {
 	case !ok:
 		return fmt.Errorf("%w: --lang %q: unknown; use %s", errUsage, s.lang, strings.Join(languageNames(), ", "))
 	case lang.dir == "":
-		return fmt.Errorf("--lang %s is not yet supported (go is); docs/plugin-abi.md describes the ABI a %s plugin implements", s.lang, s.lang)
+		return fmt.Errorf("--lang %s is not yet supported (go and rust are); docs/plugin-abi.md describes the ABI a %s plugin implements", s.lang, s.lang)
 	case len(args) < 1 || len(args) > 2:
 		return fmt.Errorf("%w: use weir plugin new --lang %s NAME [DIR]", errUsage, s.lang)
 	}
@@ -133,6 +157,12 @@ func (s *skeleton) write(dir string) error {
 	files, err := s.render(dir)
 	if err != nil {
 		return err
+	}
+	if gen := languages[s.lang].generated; gen != nil {
+		for name, data := range gen(s) {
+			files.names = append(files.names, name)
+			files.data[name] = data
+		}
 	}
 	if !s.force {
 		for _, name := range files.names {
