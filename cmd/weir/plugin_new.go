@@ -29,7 +29,7 @@ var skeletons embed.FS
 
 // language is a language weir plugin new knows of.
 type language struct {
-	// dir is the language's folder in skeletons; "" when not yet supported.
+	// dir is the language's folder in skeletons.
 	dir string
 	// next says how to build and test the generated plugin.
 	next string
@@ -51,7 +51,9 @@ var languages = map[string]language{
 		sdkNote: "The Makefile and Cargo.toml look for Weir's Rust SDK in ../weir/sdk/rust; set WEIR_SDK " +
 			"(and the path in Cargo.toml) to your checkout's sdk/rust, or use --sdk-dir.",
 		generated: func(s *skeleton) map[string][]byte { return map[string][]byte{"testdata/batch.bin": sampleBatch(s.Name)} }},
-	"assemblyscript": {},
+	"assemblyscript": {dir: "pluginskel/assemblyscript", next: "cd %s && npm install && npm test  # %s.wasm, then weir plugin test",
+		sdkNote: "assembly/index.ts imports Weir's AssemblyScript SDK from ../weir/sdk/assemblyscript; " +
+			"change the paths there and in package.json to your checkout's, or use --sdk-dir."},
 }
 
 // sampleBatch is the batch the generated Rust plugin's test reads, as Weir
@@ -73,8 +75,10 @@ func sampleBatch(name string) []byte {
 type skeleton struct {
 	lang, dir string
 	// Name is the plugin's name; Module its Go module path; SDKDir, when
-	// set, the folder of Weir's sdk module for a replace directive.
-	Name, Module, SDKDir string
+	// set, the folder of Weir's sdk module for a replace directive; SDKRel
+	// the path of Weir's sdk folder from the skeleton's, for relative
+	// imports (../weir/sdk without --sdk-dir).
+	Name, Module, SDKDir, SDKRel string
 	force                bool
 }
 
@@ -120,14 +124,12 @@ func languageNames() []string {
 
 // complete checks the language and the arguments and fills in the defaults.
 func (s *skeleton) complete(args []string) error {
-	lang, ok := languages[s.lang]
+	_, ok := languages[s.lang]
 	switch {
 	case s.lang == "":
 		return fmt.Errorf("%w: weir plugin new needs --lang (%s)", errUsage, strings.Join(languageNames(), ", "))
 	case !ok:
 		return fmt.Errorf("%w: --lang %q: unknown; use %s", errUsage, s.lang, strings.Join(languageNames(), ", "))
-	case lang.dir == "":
-		return fmt.Errorf("--lang %s is not yet supported (go and rust are); docs/plugin-abi.md describes the ABI a %s plugin implements", s.lang, s.lang)
 	case len(args) < 1 || len(args) > 2:
 		return fmt.Errorf("%w: use weir plugin new --lang %s NAME [DIR]", errUsage, s.lang)
 	}
@@ -141,12 +143,22 @@ func (s *skeleton) complete(args []string) error {
 	if s.Module == "" {
 		s.Module = "example.com/" + s.Name
 	}
+	s.SDKRel = "../weir/sdk"
 	if s.SDKDir != "" {
 		abs, err := filepath.Abs(s.SDKDir)
 		if err != nil {
 			return err
 		}
 		s.SDKDir = abs
+		dir, err := filepath.Abs(s.dir)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, abs)
+		if err != nil {
+			return err
+		}
+		s.SDKRel = filepath.ToSlash(rel)
 	}
 	return nil
 }

@@ -88,6 +88,41 @@ func TestPluginNewRust(t *testing.T) {
 	}
 }
 
+// TestPluginNewAssemblyScript generates an AssemblyScript plugin against
+// this checkout's SDK and runs its npm test, which builds it with the
+// compiler from npm and runs it in weir plugin test against its golden
+// file: the built weir is on the PATH as the README asks.
+func TestPluginNewAssemblyScript(t *testing.T) {
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			msg := tool + " is missing: install Node.js 20 or later and npm"
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+	weir := buildWeir(t)
+	dir := filepath.Join(t.TempDir(), "skel")
+	code, stdout, stderr := invoke(t, "plugin", "new", "--lang", "assemblyscript", "--sdk-dir", "../../sdk", "my-as", dir)
+	if code != 0 || !strings.Contains(stdout, "wrote the assemblyscript plugin my-as in "+dir) {
+		t.Fatalf("exit %d:\n%s\n%s", code, stdout, stderr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env := append(os.Environ(), "PATH="+filepath.Dir(weir)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	for _, args := range [][]string{{"install", "--no-audit", "--no-fund", "--prefer-offline"}, {"test"}} {
+		cmd := exec.CommandContext(ctx, "npm", args...)
+		cmd.Dir, cmd.Env = dir, env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm %s in the skeleton: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "my-as.wasm")); err != nil {
+		t.Errorf("npm test built no my-as.wasm: %v", err)
+	}
+}
+
 // requireDebianRust skips the test without Debian's Rust toolchain for
 // wasm32-wasi, or fails it under CI=true.
 func requireDebianRust(t *testing.T) {
@@ -134,7 +169,6 @@ func TestPluginNewErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"--lang", "assemblyscript", "p"}, exitFailed, "--lang assemblyscript is not yet supported (go and rust are)"},
 		{[]string{"--lang", "cobol", "p"}, exitUsage, `--lang "cobol": unknown; use assemblyscript, go, rust`},
 		{[]string{"p"}, exitUsage, "needs --lang"},
 		{[]string{"--lang", "go"}, exitUsage, "NAME [DIR]"},
