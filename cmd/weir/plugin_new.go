@@ -50,7 +50,9 @@ var languages = map[string]language{
 	"rust": {dir: "pluginskel/rust", next: "cd %s && make test build  # %s.wasm",
 		sdkNote: "The Makefile and Cargo.toml look for Weir's Rust SDK in ../weir/sdk/rust; set WEIR_SDK " +
 			"(and the path in Cargo.toml) to your checkout's sdk/rust, or use --sdk-dir.",
-		generated: func(s *skeleton) map[string][]byte { return map[string][]byte{"testdata/batch.bin": sampleBatch(s.Name)} }},
+		generated: func(s *skeleton) map[string][]byte {
+			return map[string][]byte{"testdata/batch.bin": sampleBatch(s.Name)}
+		}},
 	"assemblyscript": {dir: "pluginskel/assemblyscript", next: "cd %s && npm install && npm test  # %s.wasm, then weir plugin test",
 		sdkNote: "assembly/index.ts imports Weir's AssemblyScript SDK from ../weir/sdk/assemblyscript; " +
 			"change the paths there and in package.json to your checkout's, or use --sdk-dir."},
@@ -79,7 +81,7 @@ type skeleton struct {
 	// the path of Weir's sdk folder from the skeleton's, for relative
 	// imports (../weir/sdk without --sdk-dir).
 	Name, Module, SDKDir, SDKRel string
-	force                bool
+	force                        bool
 }
 
 // runPluginNew runs "weir plugin new --lang LANG NAME [DIR]": it writes a
