@@ -8,6 +8,7 @@ import (
 
 	"github.com/weirproxy/weir/core/events"
 	"github.com/weirproxy/weir/core/metrics"
+	"github.com/weirproxy/weir/hooks"
 	"github.com/weirproxy/weir/core/source/kubernetes"
 )
 
@@ -38,6 +39,9 @@ type observed struct {
 	// commands that serve none.
 	debug *debugServer
 }
+
+// observed also counts failed pulls of oci:// plugins.
+var _ hooks.RegistryObserver = observed{}
 
 // PluginCalled records the call in the metrics and the debug endpoint.
 func (o observed) PluginCalled(plugin string, took time.Duration, err error) {

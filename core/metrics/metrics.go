@@ -67,6 +67,7 @@ type Metrics struct {
 	pluginCalls, pluginFailures *prometheus.CounterVec   // by plugin
 	pluginDuration              *prometheus.HistogramVec // by plugin
 	pluginQuarantined           *prometheus.GaugeVec     // by plugin
+	pluginPullFailures          *prometheus.CounterVec   // by plugin
 }
 
 // syncBuckets is kube-proxy's layout for sync durations, also its
@@ -170,6 +171,8 @@ func (m *Metrics) newWeirMetrics() {
 		Buckets: pluginBuckets,
 	}, "plugin")
 	m.pluginQuarantined = m.gaugeVec("weir", "plugin_quarantined", "1 while a hook plugin is quarantined after repeated failures, else 0", "plugin")
+	m.pluginPullFailures = m.counterVec("weir", "plugin_pull_failures_total",
+		"Cumulative failed resolves or pulls of an oci:// hook plugin; the loaded version keeps serving", "plugin")
 }
 
 // The registration helpers put every metric in a subsystem: kubeproxy for
@@ -289,6 +292,12 @@ func (m *Metrics) PluginCalled(plugin string, took time.Duration, err error) {
 	} else {
 		m.pluginFailures.WithLabelValues(plugin) // show 0 for a plugin that never failed
 	}
+}
+
+// PluginPullFailed counts one failed resolve or pull of an oci:// plugin
+// (hooks.RegistryObserver).
+func (m *Metrics) PluginPullFailed(plugin string, _ error) {
+	m.pluginPullFailures.WithLabelValues(plugin).Inc()
 }
 
 // PluginQuarantined records that a plugin entered or left quarantine.

@@ -55,6 +55,7 @@ var commonFamilies = map[string]string{
 	"weir_plugin_failures_total":                               "COUNTER plugin",
 	"weir_plugin_call_duration_seconds":                        "HISTOGRAM plugin",
 	"weir_plugin_quarantined":                                  "GAUGE plugin",
+	"weir_plugin_pull_failures_total":                          "COUNTER plugin",
 	"go_goroutines":                                            "GAUGE",
 }
 
@@ -119,6 +120,7 @@ func touchAll(m *Metrics) {
 	m.BackendRules(IPv4, "nat", 10, 2)
 	m.PluginCalled("p", time.Millisecond, nil)
 	m.PluginQuarantined("p", false)
+	m.PluginPullFailed("p", errors.New("registry down"))
 	m.Probe("/healthz", 200)
 	m.Probe("/livez", 200)
 }
