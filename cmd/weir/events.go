@@ -8,8 +8,8 @@ import (
 
 	"github.com/weirproxy/weir/core/events"
 	"github.com/weirproxy/weir/core/metrics"
-	"github.com/weirproxy/weir/hooks"
 	"github.com/weirproxy/weir/core/source/kubernetes"
+	"github.com/weirproxy/weir/hooks"
 )
 
 // nodeEvents starts the reporter of Events on this node's Node when the
