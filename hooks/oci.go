@@ -25,6 +25,12 @@ type RegistryObserver interface {
 // pullTimeout bounds one resolve and pull of a plugin.
 const pullTimeout = 2 * time.Minute
 
+// startResolveTimeout bounds the resolve of a tag the cache already holds
+// a version of while none is loaded, so that an unreachable registry
+// delays a restart's first sync by seconds, not minutes. A test shortens
+// it.
+var startResolveTimeout = 5 * time.Second
+
 // ociSource is where an oci:// plugin comes from: its location, the
 // registry client and the digest it last pulled.
 type ociSource struct {
@@ -90,10 +96,16 @@ func fetch(ctx context.Context, s *settings) ([]byte, string, error) {
 func (o *ociSource) pull(ctx context.Context) (*oci.Artifact, error) {
 	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
 	defer cancel()
-	digest, err := o.client.Resolve(ctx, o.ref)
+	remembered, ok := o.client.Remembered(o.ref)
+	fallback := ok && o.loaded() == ""
+	resolveCtx, cancelResolve := ctx, context.CancelFunc(func() {})
+	if fallback {
+		resolveCtx, cancelResolve = context.WithTimeout(ctx, startResolveTimeout)
+	}
+	digest, err := o.client.Resolve(resolveCtx, o.ref)
+	cancelResolve()
 	if err != nil {
-		remembered, ok := o.client.Remembered(o.ref)
-		if !ok || o.loaded() != "" {
+		if !fallback {
 			return nil, err
 		}
 		o.log.Warn("Cannot resolve the plugin's tag; using the digest it last named, from the cache",

@@ -28,11 +28,12 @@ import (
 )
 
 // testRegistry is go-containerregistry's registry on loopback. With a user
-// set it asks for basic auth; with down set it answers 503.
+// set it asks for basic auth; with down set it answers 503; with hang set
+// it answers nothing until the client gives up.
 type testRegistry struct {
 	srv        *httptest.Server
 	user, pass string
-	down       atomic.Bool
+	down, hang atomic.Bool
 	requests   atomic.Int64
 }
 
@@ -42,6 +43,10 @@ func startRegistry(t *testing.T, user, pass string) *testRegistry {
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.requests.Add(1)
+		if r.hang.Load() {
+			<-req.Context().Done()
+			return
+		}
 		if r.down.Load() {
 			http.Error(w, "down for the test", http.StatusServiceUnavailable)
 			return
@@ -155,6 +160,39 @@ func TestOCICache(t *testing.T) {
 		t.Errorf("loading by digest from the cache reached the registry %d times", n)
 	}
 	load(tag) // the tag cannot be resolved: the digest it last named loads
+}
+
+// TestOCIHangingRegistryAtStart loads a cached tag while the registry
+// accepts connections but never answers: the resolve gives up after
+// startResolveTimeout and the cached version loads, instead of the start
+// waiting for pullTimeout.
+func TestOCIHangingRegistryAtStart(t *testing.T) {
+	reg := startRegistry(t, "", "")
+	tag := reg.location("plugins/noop", ":v1")
+	push(t, &oci.Client{}, tag, "noop", nil)
+	cache := t.TempDir()
+	load := func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		c, err := New(context.Background(), []Config{{Name: "p", Path: tag, FailurePolicy: PolicyClosed}},
+			Options{CacheDir: cache, Log: discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		if got := loadedSHA(c, "p"); got != fileSHA(t, guest("noop")) {
+			t.Errorf("loaded sha256 %q, want the cached noop", got)
+		}
+		return time.Since(start)
+	}
+	load()
+	old := startResolveTimeout
+	startResolveTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { startResolveTimeout = old })
+	reg.hang.Store(true)
+	if took := load(); took > 20*time.Second {
+		t.Errorf("loading the cached tag from a hanging registry took %v, want about %v", took, startResolveTimeout)
+	}
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
