@@ -25,10 +25,10 @@ type RegistryObserver interface {
 // pullTimeout bounds one resolve and pull of a plugin.
 const pullTimeout = 2 * time.Minute
 
-// startResolveTimeout bounds the resolve of a tag the cache already holds
-// a version of while none is loaded, so that an unreachable registry
-// delays a restart's first sync by seconds, not minutes. A test shortens
-// it.
+// startResolveTimeout bounds the resolve of a tag while no version is
+// loaded (at start): a registry that does not answer then delays the
+// first sync by seconds, not minutes, and the cached version loads if
+// there is one. A test shortens it.
 var startResolveTimeout = 5 * time.Second
 
 // ociSource is where an oci:// plugin comes from: its location, the
@@ -96,10 +96,11 @@ func fetch(ctx context.Context, s *settings) ([]byte, string, error) {
 func (o *ociSource) pull(ctx context.Context) (*oci.Artifact, error) {
 	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
 	defer cancel()
+	starting := o.loaded() == ""
 	remembered, ok := o.client.Remembered(o.ref)
-	fallback := ok && o.loaded() == ""
+	fallback := ok && starting
 	resolveCtx, cancelResolve := ctx, context.CancelFunc(func() {})
-	if fallback {
+	if starting {
 		resolveCtx, cancelResolve = context.WithTimeout(ctx, startResolveTimeout)
 	}
 	digest, err := o.client.Resolve(resolveCtx, o.ref)

@@ -165,7 +165,8 @@ func TestOCICache(t *testing.T) {
 // TestOCIHangingRegistryAtStart loads a cached tag while the registry
 // accepts connections but never answers: the resolve gives up after
 // startResolveTimeout and the cached version loads, instead of the start
-// waiting for pullTimeout.
+// waiting for pullTimeout; an open plugin never pulled gives up as soon
+// and is reported as not loaded.
 func TestOCIHangingRegistryAtStart(t *testing.T) {
 	reg := startRegistry(t, "", "")
 	tag := reg.location("plugins/noop", ":v1")
@@ -192,6 +193,16 @@ func TestOCIHangingRegistryAtStart(t *testing.T) {
 	reg.hang.Store(true)
 	if took := load(); took > 20*time.Second {
 		t.Errorf("loading the cached tag from a hanging registry took %v, want about %v", took, startResolveTimeout)
+	}
+	start := time.Now()
+	c, err := New(context.Background(), []Config{{Name: "q", Path: reg.location("plugins/other", ":v1"), FailurePolicy: PolicyOpen}},
+		Options{CacheDir: cache, Log: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if took, failed := time.Since(start), c.LoadFailures(); took > 20*time.Second || len(failed) != 1 {
+		t.Errorf("an uncached tag from a hanging registry: New took %v, load failures %v; want a few seconds and q not loaded", took, failed)
 	}
 }
 
