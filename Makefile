@@ -146,6 +146,7 @@ bench: build plugins
 	$(GO) test -run '^$$' -bench 'Load|Reload|Decode' -benchtime 10x ./core/source/files/
 	cd sdk && $(GO) test -run '^$$' -bench . -benchmem -benchtime 10x ./abi/
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./hooks/
+	$(GO) test -run '^$$' -bench Load -benchmem -benchtime 10x ./core/conntrack/
 	$(GO) test -run '^$$' -bench 'Sync10k|Check10k' -benchmem -benchtime 3x -timeout 60m ./backends/iptables/
 	$(GO) run ./hack/bench --weir $(BIN)/weir --services 1000,10000 --plugins $(BIN)/plugins --iptables legacy,nft --cap 15m
 	$(GO) run ./hack/bench --weir $(BIN)/weir --services 100000,5000x50,1x5000 --cap 10m

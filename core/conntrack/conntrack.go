@@ -34,6 +34,15 @@
 // ctnetlink flush accepts only mark and zone filters, and filtered dumps
 // (CTA_FILTER) refuse AF_UNSPEC, so they would take one dump per address
 // family and protocol, each walking the whole table.
+//
+// # Live load
+//
+// A Load reads, per service endpoint, the connections open through the
+// service (TCP entries opening or established, every UDP and SCTP entry)
+// and those opened since an earlier read, recognised by their conntrack
+// IDs. Each read is the same single filtered dump, allocating nothing per
+// entry, and stops at a number of entries and a time (Limits), saying so
+// in its report. Count gives weir diagnose the same counts for one read.
 package conntrack
 
 import (

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -19,8 +18,10 @@ type FlowCount struct {
 	// port.
 	Dest netip.AddrPort
 	// ByEndpoint counts the entries whose replies come from each serving
-	// endpoint.
+	// endpoint, and Active those of them that are active connections
+	// (see EndpointLoad); endpoints without any are left out.
 	ByEndpoint map[netip.Addr]int
+	Active     map[netip.Addr]int
 	// Stale counts the entries whose replies come from an address that is
 	// no serving endpoint (an endpoint gone, or a flow that got through
 	// before the service had rules), and StaleFrom lists those addresses.
@@ -54,58 +55,37 @@ func DestinationsOf(s *plan.Service) []Serving {
 }
 
 // Count reads the conntrack table once and counts the entries to each of
-// serving's destinations by where their replies come from. It deletes
-// nothing: weir diagnose uses it.
+// serving's destinations by where their replies come from, and how many of
+// them are active connections. It deletes nothing: weir diagnose uses it.
+// Only ctx bounds it: it reads the whole table.
 func (c *Cleaner) Count(ctx context.Context, serving []Serving) ([]FlowCount, error) {
-	counts := make([]FlowCount, len(serving))
-	byDest := map[key]int{}
-	for i, s := range serving {
-		counts[i] = FlowCount{Protocol: s.Protocol, Dest: s.Dest, ByEndpoint: map[netip.Addr]int{}}
-		byDest[key{proto: anyProtoNumber(s.Protocol), addr: s.Dest.Addr().Unmap(), port: s.Dest.Port()}] = i
-	}
-	find := func(t tuple) (int, bool) {
-		if i, ok := byDest[key{proto: t.proto, addr: t.dst.Addr(), port: t.dst.Port()}]; ok {
-			return i, true
-		}
-		i, ok := byDest[key{proto: t.proto, port: t.dst.Port()}]
-		return i, ok
-	}
-	conn, err := c.open()
-	if err != nil {
-		return nil, err
-	}
-	defer conn.close()
-	release, err := conn.bind(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	_, err = conn.dump(func(b []byte) {
-		e, ok, err := parseEntry(b, func(t tuple) bool { _, ok := find(t); return ok })
-		if err != nil || !ok {
-			return
-		}
-		i, _ := find(e.orig)
-		counts[i].add(e.reply.src.Addr(), serving[i].Endpoints)
-	})
-	if err != nil {
+	var idx destIndex
+	idx.build(serving)
+	rep := newReport(serving)
+	if err := newTally(serving, &idx, rep).run(ctx, c); err != nil {
 		return nil, fmt.Errorf("conntrack: dump: %w", ctxErr(ctx, err))
+	}
+	counts := make([]FlowCount, len(serving))
+	for i, s := range serving {
+		counts[i] = flowCount(s, rep.Dests[i])
 	}
 	return counts, nil
 }
 
-// add counts one entry whose reply comes from from.
-func (f *FlowCount) add(from netip.Addr, serving []netip.Addr) {
-	for _, a := range serving {
-		if a == from {
-			f.ByEndpoint[from]++
-			return
+// flowCount folds one destination's load into a FlowCount.
+func flowCount(s Serving, d DestLoad) FlowCount {
+	f := FlowCount{Protocol: s.Protocol, Dest: s.Dest, ByEndpoint: map[netip.Addr]int{}, Active: map[netip.Addr]int{},
+		Stale: d.Stale.Tracked, StaleFrom: d.StaleFrom}
+	for j, l := range d.Endpoints {
+		a := s.Endpoints[j].Unmap()
+		if l.Tracked > 0 {
+			f.ByEndpoint[a] += l.Tracked
+		}
+		if l.Active > 0 {
+			f.Active[a] += l.Active
 		}
 	}
-	f.Stale++
-	if len(f.StaleFrom) < 10 && !slices.Contains(f.StaleFrom, from) {
-		f.StaleFrom = append(f.StaleFrom, from)
-	}
+	return f
 }
 
 // anyProtoNumber returns the IP protocol number of p, TCP included.

@@ -3,6 +3,7 @@ package conntrack
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"sync"
 	"syscall"
@@ -46,6 +47,7 @@ type fakeEntry struct {
 	origDst          netip.AddrPort
 	zone             uint16
 	id               uint32
+	tcpState         uint8         // dumped in CTA_PROTOINFO when not 0
 	errno            syscall.Errno // what deleting it answers
 	errMsg           string        // extended-ack message with errno
 	deleteAttributes []byte        // filled by the fake: what the delete carried
@@ -77,6 +79,10 @@ func (e *fakeEntry) payload() []byte {
 	b = append(b, tupleAttr(ctaTupleReply, e.proto, e.replySrc, e.orig)...)
 	b = append(b, nla(3, be32(0x188))...) // CTA_STATUS
 	b = append(b, nla(7, be32(30))...)    // CTA_TIMEOUT
+	if e.tcpState != 0 {
+		b = append(b, nla(ctaProtoInfo|unix.NLA_F_NESTED,
+			nla(ctaProtoInfoTCP|unix.NLA_F_NESTED, nla(ctaProtoInfoTCPState, []byte{e.tcpState})))...)
+	}
 	if e.zone != 0 {
 		b = append(b, nla(ctaZone, be16(e.zone))...)
 	}
@@ -106,6 +112,7 @@ type fakeKernel struct {
 	perRead int           // dump messages per datagram
 	dumpErr syscall.Errno // answer the dump with this error
 	hang    bool          // never answer
+	mayStop bool          // the reader may close mid-dump (Load's limit)
 
 	mu      sync.Mutex
 	dials   int
@@ -180,7 +187,11 @@ func (k *fakeKernel) serve(fd int) {
 
 // send writes one answer to the socket; a failed write fails the test.
 func (k *fakeKernel) send(fd int, b []byte) {
-	if _, err := unix.Write(fd, b); err != nil {
+	_, err := unix.Write(fd, b)
+	if k.mayStop && (errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)) {
+		return
+	}
+	if err != nil {
 		k.t.Errorf("fake kernel: write an answer: %v", err)
 	}
 }

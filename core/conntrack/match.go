@@ -11,8 +11,12 @@ import (
 const (
 	ctaTupleOrig  = 1
 	ctaTupleReply = 2
+	ctaProtoInfo  = 4
 	ctaID         = 12
 	ctaZone       = 18
+
+	ctaProtoInfoTCP      = 1
+	ctaProtoInfoTCPState = 1
 
 	ctaTupleIP    = 1
 	ctaTupleProto = 2
@@ -47,6 +51,11 @@ type entry struct {
 	// rawOrig, rawZone and rawID are whole attributes, header included,
 	// echoed back to the kernel to delete exactly this entry.
 	rawOrig, rawZone, rawID []byte
+	// id is the entry's conntrack ID when hasID; tcpState its TCP state
+	// (enum tcp_conntrack), 0 for other protocols.
+	id       uint32
+	hasID    bool
+	tcpState uint8
 }
 
 // String formats the entry like the conntrack tool, e.g.
@@ -189,6 +198,11 @@ func parseEntry(msg []byte, wanted func(tuple) bool) (e entry, ok bool, err erro
 			e.rawZone = it.raw
 		case ctaID:
 			e.rawID = it.raw
+			if len(it.data) == 4 {
+				e.id, e.hasID = binary.BigEndian.Uint32(it.data), true
+			}
+		case ctaProtoInfo:
+			e.tcpState = tcpState(it.data)
 		}
 	}
 	if it.err != nil {
@@ -198,6 +212,26 @@ func parseEntry(msg []byte, wanted func(tuple) bool) (e entry, ok bool, err erro
 		return e, false, fmt.Errorf("%w: entry without original tuple", errMalformed)
 	}
 	return e, true, nil
+}
+
+// tcpState returns the state a CTA_PROTOINFO payload holds, or 0 (none)
+// when it has no CTA_PROTOINFO_TCP.
+func tcpState(b []byte) uint8 {
+	var it attrIter
+	it.reset(b)
+	for it.next() {
+		if it.typ != ctaProtoInfoTCP {
+			continue
+		}
+		var in attrIter
+		in.reset(it.data)
+		for in.next() {
+			if in.typ == ctaProtoInfoTCPState && len(in.data) == 1 {
+				return in.data[0]
+			}
+		}
+	}
+	return 0
 }
 
 // parseTuple parses a CTA_TUPLE_ORIG or CTA_TUPLE_REPLY payload.

@@ -129,6 +129,21 @@ func (c *conn) write(b []byte) error {
 // read receives one datagram and returns its messages, checking that it
 // came whole and from the kernel.
 func (c *conn) read() ([]syscall.NetlinkMessage, error) {
+	b, err := c.recv()
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := syscall.ParseNetlinkMessage(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	return msgs, nil
+}
+
+// recv receives one datagram from the kernel into the connection's buffer
+// and returns it, valid until the next call; it checks that the datagram
+// came whole.
+func (c *conn) recv() ([]byte, error) {
 	for {
 		var n, flags int
 		var from unix.Sockaddr
@@ -146,12 +161,27 @@ func (c *conn) read() ([]syscall.NetlinkMessage, error) {
 		if flags&unix.MSG_TRUNC != 0 {
 			return nil, fmt.Errorf("netlink message truncated at %d bytes", len(c.buf))
 		}
-		msgs, err := syscall.ParseNetlinkMessage(c.buf[:n])
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errMalformed, err)
-		}
-		return msgs, nil
+		return c.buf[:n], nil
 	}
+}
+
+// nextMessage splits the first netlink message off b without copying: its
+// header, its payload and what follows it.
+func nextMessage(b []byte) (h syscall.NlMsghdr, data, rest []byte, err error) {
+	if len(b) < unix.NLMSG_HDRLEN {
+		return h, nil, nil, fmt.Errorf("%w: %d trailing bytes", errMalformed, len(b))
+	}
+	h = syscall.NlMsghdr{
+		Len:   binary.NativeEndian.Uint32(b),
+		Type:  binary.NativeEndian.Uint16(b[4:]),
+		Flags: binary.NativeEndian.Uint16(b[6:]),
+		Seq:   binary.NativeEndian.Uint32(b[8:]),
+		Pid:   binary.NativeEndian.Uint32(b[12:]),
+	}
+	if h.Len < unix.NLMSG_HDRLEN || int(h.Len) > len(b) {
+		return h, nil, nil, fmt.Errorf("%w: message length %d of %d bytes", errMalformed, h.Len, len(b))
+	}
+	return h, b[unix.NLMSG_HDRLEN:h.Len], b[min(align4(int(h.Len)), len(b)):], nil
 }
 
 // ioErr folds a poller error and a system call error into one.
@@ -172,42 +202,54 @@ func ioErr(op string, pollErr, sysErr error) error {
 // valid only during the call. interrupted reports that the kernel flagged
 // the dump as inconsistent.
 func (c *conn) dump(visit func(payload []byte)) (interrupted bool, err error) {
+	interrupted, _, err = c.dumpUntil(func(b []byte) bool { visit(b); return true })
+	return interrupted, err
+}
+
+// dumpUntil is dump, stopping as soon as visit returns false (stopped):
+// the rest of the dump is then left unread, and the connection must be
+// closed. It walks each datagram in place, allocating nothing per entry.
+func (c *conn) dumpUntil(visit func(payload []byte) bool) (interrupted, stopped bool, err error) {
 	c.seq++
 	seq := c.seq
 	req := header(nil, msgCtGet, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, seq, unix.AF_UNSPEC, 0)
 	if err := c.write(req); err != nil {
-		return false, err
+		return false, false, err
 	}
 	for {
-		msgs, err := c.read()
+		b, err := c.recv()
 		if err != nil {
-			return interrupted, err
+			return interrupted, false, err
 		}
-		for _, m := range msgs {
-			if m.Header.Seq != seq {
+		for len(b) > 0 {
+			h, data, rest, err := nextMessage(b)
+			if err != nil {
+				return interrupted, false, err
+			}
+			b = rest
+			if h.Seq != seq {
 				continue // a late answer to an earlier request
 			}
-			interrupted = interrupted || m.Header.Flags&unix.NLM_F_DUMP_INTR != 0
-			switch m.Header.Type {
+			interrupted = interrupted || h.Flags&unix.NLM_F_DUMP_INTR != 0
+			switch h.Type {
 			case unix.NLMSG_DONE:
-				return interrupted, doneError(m)
+				return interrupted, false, doneError(data)
 			case unix.NLMSG_ERROR:
-				if err := ackError(m); err != nil {
-					return interrupted, err
-				}
-				return interrupted, nil
+				return interrupted, false, ackError(syscall.NetlinkMessage{Header: h, Data: data})
 			case unix.NLMSG_NOOP, unix.NLMSG_OVERRUN:
 			default:
-				visit(m.Data)
+				if !visit(data) {
+					return interrupted, true, nil
+				}
 			}
 		}
 	}
 }
 
-// doneError returns the error code an NLMSG_DONE may carry.
-func doneError(m syscall.NetlinkMessage) error {
-	if len(m.Data) >= 4 {
-		if e := int32(binary.NativeEndian.Uint32(m.Data)); e < 0 {
+// doneError returns the error code an NLMSG_DONE's payload may carry.
+func doneError(data []byte) error {
+	if len(data) >= 4 {
+		if e := int32(binary.NativeEndian.Uint32(data)); e < 0 {
 			return syscall.Errno(-e)
 		}
 	}

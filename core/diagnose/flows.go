@@ -12,7 +12,8 @@ import (
 )
 
 // flowFindings reports the conntrack entries of one service port: how
-// many reach each serving endpoint, and those whose replies come from an
+// many reach each serving endpoint (for TCP, how many of those are open
+// connections, closing ones left out), and those whose replies come from an
 // address that no longer serves. For UDP and SCTP such entries keep
 // sending a client's packets to the gone endpoint until they time out:
 // traffic is lost, and weir run deletes them at its next sync.
@@ -20,12 +21,15 @@ func flowFindings(subject string, proto plan.Protocol, counts []conntrack.FlowCo
 	if counts == nil {
 		return nil
 	}
-	byEndpoint := map[netip.Addr]int{}
+	byEndpoint, active := map[netip.Addr]int{}, map[netip.Addr]int{}
 	stale, total := 0, 0
 	var staleFrom []netip.Addr
 	for _, c := range counts {
 		for a, n := range c.ByEndpoint {
 			byEndpoint[a] += n
+		}
+		for a, n := range c.Active {
+			active[a] += n
 		}
 		stale += c.Stale
 		total += c.Total()
@@ -40,7 +44,12 @@ func flowFindings(subject string, proto plan.Protocol, counts []conntrack.FlowCo
 	}
 	var parts []string
 	for _, a := range slices.SortedFunc(maps.Keys(byEndpoint), netip.Addr.Compare) {
-		parts = append(parts, fmt.Sprintf("%s %d", a, byEndpoint[a]))
+		part := fmt.Sprintf("%s %d", a, byEndpoint[a])
+		if proto == plan.TCP {
+			// Every UDP and SCTP entry is active; TCP ones may be closing.
+			part += fmt.Sprintf(" (%d active)", active[a])
+		}
+		parts = append(parts, part)
 	}
 	out := []Finding{f("conntrack.flows", Info, "%d tracked %s to its addresses%s", total, plural(total, "flow", "flows"), listSuffix(parts))}
 	if stale == 0 {
