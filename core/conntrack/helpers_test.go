@@ -92,6 +92,15 @@ func drop(dst netip.AddrPort) []expr.Any {
 // read with this package's own dump.
 func entries(t *testing.T, ns *netns.Namespace) []string {
 	t.Helper()
+	var out []string
+	dumpEntries(t, ns, func(e entry) { out = append(out, e.String()) })
+	return out
+}
+
+// dumpEntries reads every conntrack entry of ns with this package's own
+// dump and hands each to visit; an entry that does not parse fails t.
+func dumpEntries(t *testing.T, ns *netns.Namespace, visit func(entry)) {
+	t.Helper()
 	c, err := dial(ns.Fd())
 	if err != nil {
 		t.Fatal(err)
@@ -102,19 +111,17 @@ func entries(t *testing.T, ns *netns.Namespace) []string {
 		t.Fatal(err)
 	}
 	defer release()
-	var out []string
 	_, err = c.dump(func(b []byte) {
 		e, ok, err := parseEntry(b, func(tuple) bool { return true })
 		if err != nil || !ok {
 			t.Errorf("parse entry: %v", err)
 			return
 		}
-		out = append(out, e.String())
+		visit(e)
 	})
 	if err != nil {
 		t.Fatalf("dump: %v", err)
 	}
-	return out
 }
 
 // testCtx bounds one step of a test.

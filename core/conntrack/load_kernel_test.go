@@ -110,25 +110,12 @@ func awaitTimeWait(t *testing.T, ns *netns.Namespace, from ...netip.AddrPort) {
 // tcpStates returns the TCP state of each entry of ns by original source.
 func tcpStates(t *testing.T, ns *netns.Namespace) map[netip.AddrPort]uint8 {
 	t.Helper()
-	c, err := dial(ns.Fd())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
-	release, err := c.bind(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
 	out := map[netip.AddrPort]uint8{}
-	_, err = c.dump(func(b []byte) {
-		if e, ok, err := parseEntry(b, func(tuple) bool { return true }); err == nil && ok && e.orig.proto == unix.IPPROTO_TCP {
+	dumpEntries(t, ns, func(e entry) {
+		if e.orig.proto == unix.IPPROTO_TCP {
 			out[e.orig.src] = e.tcpState
 		}
 	})
-	if err != nil {
-		t.Fatalf("dump: %v", err)
-	}
 	return out
 }
 
