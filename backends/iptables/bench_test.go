@@ -10,12 +10,13 @@ import (
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/backends/internal/benchkit"
 	"github.com/weirproxy/weir/sdk/plan"
+	"github.com/weirproxy/weir/test/netns"
 )
 
 // benchLoaded returns a backend of flavour fl holding plan p in a fresh
 // namespace that lives as long as owner; b is the running benchmark.
 func benchLoaded(b, owner *testing.B, fl string, p *plan.Plan) *Backend {
-	be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, owner)}, Flavour: fl})
+	be, err := New(Options{Common: backends.Common{NetNS: netns.Empty(b, owner)}, Flavour: fl})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func BenchmarkSync10k(b *testing.B) {
 				for range b.N {
 					b.StopTimer()
 					p := benchkit.Plan(10000, 10, 1)
-					be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, b)}, Flavour: fl})
+					be, err := New(Options{Common: backends.Common{NetNS: netns.Empty(b, b)}, Flavour: fl})
 					if err != nil {
 						b.Fatal(err)
 					}

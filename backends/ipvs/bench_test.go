@@ -10,6 +10,7 @@ import (
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/backends/internal/benchkit"
 	"github.com/weirproxy/weir/sdk/plan"
+	"github.com/weirproxy/weir/test/netns"
 )
 
 // Like the kernel tests, the benchmarks need IPVS: they build only with the
@@ -18,7 +19,7 @@ import (
 // benchLoaded returns a backend holding plan p in a fresh namespace that
 // lives as long as owner; b is the running benchmark.
 func benchLoaded(b, owner *testing.B, p *plan.Plan) *Backend {
-	be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, owner)}})
+	be, err := New(Options{Common: backends.Common{NetNS: netns.Empty(b, owner)}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func BenchmarkSync10k(b *testing.B) {
 		for range b.N {
 			b.StopTimer()
 			p := benchkit.Plan(10000, 10, 1)
-			be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, b)}})
+			be, err := New(Options{Common: backends.Common{NetNS: netns.Empty(b, b)}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/backends/internal/benchkit"
 	"github.com/weirproxy/weir/sdk/plan"
+	"github.com/weirproxy/weir/test/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,7 +38,7 @@ func BenchmarkIPVSOps10k(b *testing.B) {
 	run := func(b *testing.B, pipelined bool) {
 		for range b.N {
 			b.StopTimer()
-			be, err := New(Options{Common: backends.Common{NetNS: benchkit.NetNS(b, b)}})
+			be, err := New(Options{Common: backends.Common{NetNS: netns.Empty(b, b)}})
 			if err != nil {
 				b.Fatal(err)
 			}

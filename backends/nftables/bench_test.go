@@ -10,6 +10,7 @@ import (
 	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/backends/internal/benchkit"
 	"github.com/weirproxy/weir/sdk/plan"
+	"github.com/weirproxy/weir/test/netns"
 )
 
 // The scale benchmarks. Besides time and (with -benchmem) allocations,
@@ -102,7 +103,7 @@ func newBenchBackend(b *testing.B) *Backend {
 // openBenchBackend returns a backend with opts programming an empty
 // namespace of its own, which the caller closes.
 func openBenchBackend(b *testing.B, opts Options) *Backend {
-	opts.NetNS = benchkit.NetNS(b, b)
+	opts.NetNS = netns.Empty(b, b)
 	be, err := New(opts)
 	if err != nil {
 		b.Fatal(err)

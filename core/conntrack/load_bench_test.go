@@ -3,13 +3,9 @@ package conntrack
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"runtime"
 	"syscall"
 	"testing"
-	"time"
 
-	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/weirproxy/weir/sdk/plan"
@@ -34,7 +30,7 @@ func BenchmarkLoad(b *testing.B) {
 			name += fmt.Sprintf("/cap=%dk", bc.cap/1000)
 		}
 		b.Run(name, func(b *testing.B) {
-			ns := benchNetNS(b)
+			ns := netns.Empty(b, b)
 			matching := insertEntries(b, ns, serving, bc.entries)
 			c, err := New(ns, nil)
 			if err != nil {
@@ -109,35 +105,6 @@ func benchServing(n, eps, nodePortEvery int) []Serving {
 		out = append(out, DestinationsOf(s)...)
 	}
 	return out
-}
-
-// benchNetNS creates an empty network namespace, removed when b ends
-// however it ends, and returns a descriptor of it.
-func benchNetNS(b *testing.B) int {
-	b.Helper()
-	netns.RequireRoot(b)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := vnetns.Get()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer orig.Close()
-	name := fmt.Sprintf("weir-ctbench-%d-%d", os.Getpid(), time.Now().UnixNano())
-	ns, err := vnetns.NewNamed(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		ns.Close()
-		if err := vnetns.DeleteNamed(name); err != nil {
-			b.Errorf("delete the benchmark's namespace %s: %v", name, err)
-		}
-	})
-	if err := vnetns.Set(orig); err != nil {
-		b.Fatal(err)
-	}
-	return int(ns)
 }
 
 // insertEntries adds n established TCP entries to the table of ns over

@@ -1,52 +1,13 @@
-// Package benchkit holds what the backends' scale benchmarks share: an empty
-// network namespace to program and a plan of many services.
+// Package benchkit holds what the backends' scale benchmarks share: a plan
+// of many services (test/netns.Empty gives them a namespace to program).
 package benchkit
 
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"runtime"
-	"testing"
-	"time"
-
-	vnetns "github.com/vishvananda/netns"
 
 	"github.com/weirproxy/weir/sdk/plan"
-	"github.com/weirproxy/weir/test/netns"
 )
-
-// NetNS creates an empty network namespace and returns a file descriptor of
-// it; the namespace is removed when owner ends, and b is the running
-// benchmark. Without root it skips b, or fails it under CI=true (see
-// netns.RequireRoot).
-func NetNS(b, owner *testing.B) int {
-	b.Helper()
-	netns.RequireRoot(b)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := vnetns.Get()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer orig.Close()
-	// The pid and the clock keep parallel runs and sub-benchmarks apart.
-	name := fmt.Sprintf("weir-bench-%d-%d", os.Getpid(), time.Now().UnixNano())
-	ns, err := vnetns.NewNamed(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := vnetns.Set(orig); err != nil {
-		b.Fatal(err)
-	}
-	owner.Cleanup(func() {
-		ns.Close()
-		if err := vnetns.DeleteNamed(name); err != nil {
-			owner.Errorf("delete the benchmark's namespace %s: %v", name, err)
-		}
-	})
-	return int(ns)
-}
 
 // maxNodePorts caps the node ports of a Plan, keeping them inside
 // Kubernetes's default range 30000-32767.
