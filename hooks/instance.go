@@ -58,6 +58,7 @@ type instance struct {
 	timeout time.Duration
 	stack   [2]uint64
 	started uint32 // memory size in bytes once started
+	version uint16 // the ABI version the plugin speaks (weir_abi_version)
 
 	// The buffer from weir_alloc the instance keeps for its batches, and
 	// its size: a plugin gets the same buffer for every batch that fits,
@@ -133,9 +134,11 @@ func (inst *instance) start(ctx context.Context, config []byte) error {
 	if err := version.CallWithStack(ctx, inst.stack[:]); err != nil {
 		return callError(exportVersion, inst.timeout, err)
 	}
-	if v := uint32(inst.stack[0]); v != uint32(abi.Version) {
-		return fmt.Errorf("it speaks plugin ABI version %d, this Weir speaks version %d", v, abi.Version)
+	v := uint32(inst.stack[0])
+	if v < uint32(abi.Version1) || v > uint32(abi.Version) {
+		return fmt.Errorf("it speaks plugin ABI version %d, this Weir speaks versions %d to %d", v, abi.Version1, abi.Version)
 	}
+	inst.version = uint16(v)
 	for _, e := range exports {
 		f := inst.mod.ExportedFunction(e.name)
 		if f == nil {

@@ -53,8 +53,8 @@ func TestLoadPinned(t *testing.T) {
 }
 
 func TestLoadABIVersion(t *testing.T) {
-	got := newErr(t, Config{Name: "v2", Path: guest("abiv2"), FailurePolicy: PolicyClosed})
-	want := `plugin "v2": ` + guest("abiv2") + ": it speaks plugin ABI version 2, this Weir speaks version 1"
+	got := newErr(t, Config{Name: "v3", Path: guest("abiv3"), FailurePolicy: PolicyClosed})
+	want := `plugin "v3": ` + guest("abiv3") + ": it speaks plugin ABI version 3, this Weir speaks versions 1 to 2"
 	if got != want {
 		t.Errorf("New returned\n%s\nwant\n%s", got, want)
 	}

@@ -35,12 +35,20 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 // endpoints are in[i].Endpoints[id] with the new weight). It never modifies in.
 // Any violation of docs/plugin-abi.md "What a plugin may change" returns *OutputError.
 // The output's length limit is left to the caller. Every service in in must be non-nil and
-// in must be the services the batch was encoded from, in order.
+// in must be the services the batch was encoded from, in order. The output
+// must be of version 1, as Encode writes; DecodeVersion reads the others.
 func Decode(in []*plan.Service, output []byte) ([]*plan.Service, error) {
-	if err := decodeHeader(len(in), output); err != nil {
+	return DecodeVersion(Version1, in, output)
+}
+
+// DecodeVersion is Decode for an output of version v, the version of the
+// batch the plugin was sent. The signals of a version 2 output are not
+// read: a plugin cannot change them.
+func DecodeVersion(v uint16, in []*plan.Service, output []byte) ([]*plan.Service, error) {
+	if err := decodeHeader(v, len(in), output); err != nil {
 		return nil, err
 	}
-	d := decoder{buf: output}
+	d := decoder{buf: output, ep: endpointSize(v)}
 	out := make([]*plan.Service, len(in))
 	for i, s := range in {
 		r, err := d.service(i, s)
@@ -56,15 +64,15 @@ func headerError(field, reason string) error {
 	return &OutputError{Service: -1, Field: field, Reason: reason}
 }
 
-func decodeHeader(n int, b []byte) error {
+func decodeHeader(version uint16, n int, b []byte) error {
 	if len(b) < HeaderSize {
 		return headerError("length", itoa(uint64(len(b)))+" bytes is shorter than the header")
 	}
 	if m := u32(b, hMagic); m != Magic {
 		return headerError("magic", "0x"+strconv.FormatUint(uint64(m), 16)+" is not 0x52494557")
 	}
-	if v := u16(b, hVersion); v != Version {
-		return headerError("version", itoa(uint64(v))+" is not "+itoa(uint64(Version)))
+	if v := u16(b, hVersion); v != version {
+		return headerError("version", itoa(uint64(v))+" is not "+itoa(uint64(version)))
 	}
 	if c := u32(b, hCount); uint64(c) != uint64(n) {
 		return headerError("number of services", itoa(uint64(c))+", "+itoa(uint64(n))+" were sent")
@@ -87,6 +95,7 @@ func decodeHeader(n int, b []byte) error {
 // decoder validates one output's service records.
 type decoder struct {
 	buf  []byte
+	ep   int      // endpoint record size
 	seen []uint64 // endpoint ids met, for a service whose endpoints moved
 }
 
@@ -97,7 +106,7 @@ func (d *decoder) service(i int, s *plan.Service) (*plan.Service, error) {
 	}
 	b := d.buf
 	off := int(u32(b, HeaderSize+4*i))
-	sh := shapeOf(s)
+	sh := shapeOf(s, d.ep)
 	if off%4 != 0 || uint64(off)+uint64(sh.size()) > uint64(len(b)) {
 		return nil, fail("record offset", itoa(uint64(off))+" is unaligned or the record goes past the output's end")
 	}
@@ -214,7 +223,7 @@ func (d *decoder) endpoints(p, n int, s *plan.Service, fail func(string, string)
 	b := d.buf
 	same, inPlace := true, true
 	for j := range n {
-		rec := b[p+EndpointSize*j : p+EndpointSize*(j+1)]
+		rec := b[p+d.ep*j : p+d.ep*(j+1)]
 		id := u32(rec, eID)
 		if uint64(id) >= uint64(len(s.Endpoints)) {
 			return false, fail("endpoint "+strconv.Itoa(j), "id "+itoa(uint64(id))+" is out of range [0,"+itoa(uint64(len(s.Endpoints)))+")")
@@ -279,7 +288,7 @@ func (d *decoder) changed(p, n int, s *plan.Service, aff uint32, sched byte) *pl
 	c := s.Clone()
 	c.Endpoints = c.Endpoints[:n]
 	for j := range n {
-		rec := d.buf[p+EndpointSize*j:]
+		rec := d.buf[p+d.ep*j:]
 		c.Endpoints[j] = s.Endpoints[u32(rec, eID)]
 		c.Endpoints[j].Weight = u32(rec, eWeight)
 	}

@@ -77,7 +77,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"source range address", func(b []byte) []byte { b[recOf(b, 1)+ServiceHeaderSize+16*6+13]++; return b }, 1, "source range 0", "203.0.113.0/24"},
 		{"source range bits", func(b []byte) []byte { b[recOf(b, 1)+ServiceHeaderSize+16*6+20+16] = 32; return b }, 1, "source range 1", "2001:db8:2::/48"},
 		{"label string outside", func(b []byte) []byte {
-			put32(b, recOf(b, 1)+shapeOf(rich()).pairsOff()+12, 0xffffffff)
+			put32(b, recOf(b, 1)+shapeOf(rich(), EndpointSize).pairsOff()+12, 0xffffffff)
 			return b
 		}, 1, "labels and annotations", "outside"},
 		{"affinity", func(b []byte) []byte { put32(b, recOf(b, 0)+sAffinity, MaxAffinitySeconds+1); return b }, 0, "affinity", "86401 seconds"},
@@ -151,7 +151,7 @@ func TestDecodeAllows(t *testing.T) {
 			buf := b.Bytes()
 			put16(buf, hFlags, 0)                                   // the Full flag
 			put16(buf, recOf(buf, 1)+14, 7)                         // reserved
-			put32(buf, recOf(buf, 1)+shapeOf(rich()).pairsOff(), 0) // a label's key
+			put32(buf, recOf(buf, 1)+shapeOf(rich(), EndpointSize).pairsOff(), 0) // a label's key
 			put32(buf, slotOf(buf, 1, 1)+ePod+4, 2)                 // an endpoint's pod name
 			buf[slotOf(buf, 1, 1)+eNode]++                          // an endpoint's node name
 		}, nil, nil},

@@ -16,18 +16,31 @@ type Encoder struct {
 	keys []string
 }
 
-// Encode writes one batch holding node's name and zone and the services, in
-// order, flagged Full when full is set. Strings are stored once each,
-// except pod names (nearly all distinct, so looking them up costs more than
-// it saves), and labels and annotations are sorted by key. Arrays longer than the ABI's u16
-// counts allow are truncated; affinity timeouts are clamped to
-// MaxAffinitySeconds and unknown schedulers sent as the default. Every
-// service must be non-nil.
+// Encode writes one version 1 batch holding node's name and zone and the
+// services, in order, flagged Full when full is set. Strings are stored
+// once each, except pod names (nearly all distinct, so looking them up
+// costs more than it saves), and labels and annotations are sorted by key.
+// Arrays longer than the ABI's u16 counts allow are truncated; affinity
+// timeouts are clamped to MaxAffinitySeconds and unknown schedulers sent
+// as the default. Every service must be non-nil.
 func (e *Encoder) Encode(node plan.Node, services []*plan.Service, full bool) []byte {
+	return e.encode(node, services, full, Version1, nil)
+}
+
+// EncodeSignals writes one version 2 batch, as Encode does, with each
+// endpoint's signals: signals[i][j] are those of services[i].Endpoints[j];
+// a missing entry (signals or signals[i] too short) is zero.
+func (e *Encoder) EncodeSignals(node plan.Node, services []*plan.Service, full bool, signals [][]Signals) []byte {
+	return e.encode(node, services, full, Version2, signals)
+}
+
+// encode writes a batch of version v.
+func (e *Encoder) encode(node plan.Node, services []*plan.Service, full bool, v uint16, signals [][]Signals) []byte {
+	ep := endpointSize(v)
 	size := HeaderSize + 4*len(services)
 	strBytes := len(node.Name) + len(node.Zone)
 	for _, s := range services {
-		size += shapeOf(s).size()
+		size += shapeOf(s, ep).size()
 		strBytes += stringBytes(s)
 	}
 	if cap(e.buf) < size+strBytes {
@@ -40,7 +53,7 @@ func (e *Encoder) Encode(node plan.Node, services []*plan.Service, full bool) []
 
 	b := e.buf
 	put32(b, hMagic, Magic)
-	put16(b, hVersion, Version)
+	put16(b, hVersion, v)
 	if full {
 		put16(b, hFlags, FlagFull)
 	}
@@ -51,7 +64,11 @@ func (e *Encoder) Encode(node plan.Node, services []*plan.Service, full bool) []
 	off := HeaderSize + 4*len(services)
 	for i, s := range services {
 		put32(e.buf, HeaderSize+4*i, uint32(off))
-		off += e.service(off, s)
+		var sig []Signals
+		if i < len(signals) {
+			sig = signals[i]
+		}
+		off += e.service(off, s, ep, sig)
 	}
 	return e.buf
 }
@@ -84,9 +101,10 @@ func (e *Encoder) putStr(off int, str string) {
 	put32(e.buf, off+4, uint32(len(str)))
 }
 
-// service writes s's record at off and returns its size.
-func (e *Encoder) service(off int, s *plan.Service) int {
-	sh := shapeOf(s)
+// service writes s's record, with endpoint records of ep bytes and the
+// endpoints' signals when ep has room for them, at off and returns its size.
+func (e *Encoder) service(off int, s *plan.Service, ep int, signals []Signals) int {
+	sh := shapeOf(s, ep)
 	b := e.buf
 	put32(b, off+sSize, uint32(sh.size()))
 	b[off+sProtocol] = protocolCode(s.Key.Protocol)
@@ -130,7 +148,11 @@ func (e *Encoder) service(off int, s *plan.Service) int {
 	p = off + sh.endpointsOff()
 	for i := range s.Endpoints {
 		e.endpoint(p, uint32(i), &s.Endpoints[i])
-		p += EndpointSize
+		if ep == EndpointSizeV2 && i < len(signals) {
+			put32(e.buf, p+eActive, signals[i].Active)
+			put32(e.buf, p+eNew, signals[i].New)
+		}
+		p += ep
 	}
 	return sh.size()
 }

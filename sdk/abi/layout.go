@@ -16,20 +16,29 @@ import (
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
-// The fixed numbers of ABI version 1.
+// The fixed numbers of the ABI.
 const (
 	// Magic is the batch header's first word, the bytes "WEIR".
 	Magic uint32 = 0x52494557
-	// Version is the ABI version this package speaks.
-	Version uint16 = 1
+	// Version is the newest ABI version this package speaks; it reads and
+	// writes both.
+	Version uint16 = Version2
+	// Version1 is the ABI without signals: 52-byte endpoint records.
+	Version1 uint16 = 1
+	// Version2 adds each endpoint's live signals: 60-byte endpoint records,
+	// the 52 bytes of version 1 followed by the active and new connection
+	// counts.
+	Version2 uint16 = 2
 	// FlagFull marks a batch holding every service the plugin matches.
 	FlagFull uint16 = 1
 	// HeaderSize is the size of the batch header before the record table.
 	HeaderSize = 32
 	// ServiceHeaderSize is the size of a service record before its arrays.
 	ServiceHeaderSize = 64
-	// EndpointSize is the size of an endpoint record.
+	// EndpointSize is the size of an endpoint record in version 1.
 	EndpointSize = 52
+	// EndpointSizeV2 is the size of an endpoint record in version 2.
+	EndpointSizeV2 = 60
 	// MaxAffinitySeconds is the longest affinity timeout a plugin may set.
 	MaxAffinitySeconds = plan.MaxAffinitySeconds
 )
@@ -121,7 +130,27 @@ const (
 	eNode   = 28
 	eZone   = 36
 	ePod    = 44
+	eActive = 52 // version 2
+	eNew    = 56 // version 2
 )
+
+// Signals are one endpoint's live signals, which version 2 batches carry.
+type Signals struct {
+	// Active is the number of connections open to the endpoint through
+	// Weir's rules on this node.
+	Active uint32
+	// New is the number of connections opened to it since the previous
+	// reading of the signals.
+	New uint32
+}
+
+// endpointSize returns the size of an endpoint record in version v (1 or 2).
+func endpointSize(v uint16) int {
+	if v >= Version2 {
+		return EndpointSizeV2
+	}
+	return EndpointSize
+}
 
 // Endpoint flag bits.
 const (
@@ -279,10 +308,13 @@ func count16(n int) int { return min(n, 0xffff) }
 type shape struct {
 	clusterIPs, externalIPs, lbIPs, ranges, labels, annotations int
 	endpoints                                                   int
+	ep                                                          int // endpoint record size
 }
 
-func shapeOf(s *plan.Service) shape {
+// shapeOf returns the shape of s's record with endpoint records of ep bytes.
+func shapeOf(s *plan.Service, ep int) shape {
 	return shape{
+		ep:          ep,
 		clusterIPs:  count16(len(s.ClusterIPs)),
 		externalIPs: count16(len(s.ExternalIPs)),
 		lbIPs:       count16(len(s.LoadBalancerIPs)),
@@ -293,9 +325,11 @@ func shapeOf(s *plan.Service) shape {
 	}
 }
 
-// shapeAt reads the counts of the record at off (64 bytes must be in bounds).
-func shapeAt(b []byte, off int) shape {
+// shapeAt reads the counts of the record at off (64 bytes must be in
+// bounds), whose endpoint records are ep bytes.
+func shapeAt(b []byte, off, ep int) shape {
 	return shape{
+		ep:          ep,
 		clusterIPs:  int(u16(b, off+sClusterIPs)),
 		externalIPs: int(u16(b, off+sExternalIPs)),
 		lbIPs:       int(u16(b, off+sLBIPs)),
@@ -319,4 +353,4 @@ func (s shape) pairsOff() int { return s.rangesOff() + rangeSize*s.ranges }
 func (s shape) endpointsOff() int { return s.pairsOff() + pairSize*(s.labels+s.annotations) }
 
 // size is the record's size with its arrays.
-func (s shape) size() int { return s.endpointsOff() + EndpointSize*s.endpoints }
+func (s shape) size() int { return s.endpointsOff() + s.ep*s.endpoints }

@@ -18,6 +18,8 @@ type batchCase struct {
 	node     plan.Node
 	services []*plan.Service
 	full     bool
+	// signals, when not nil, make the batch a version 2 one carrying them.
+	signals [][]Signals
 }
 
 // outputCase is one output vector: edits a plugin makes to an input batch.
@@ -86,13 +88,18 @@ var vecNode = plan.Node{Name: "node-a", Zone: "zone-1"}
 
 func batchCases() []batchCase {
 	return []batchCase{
-		{"empty", "no services, a node without a zone, not full", plan.Node{Name: "node-a"}, nil, false},
-		{"simple", "one IPv4 service with two endpoints, one of them local; the example of docs/plugin-abi.md", vecNode, []*plan.Service{vecSimple()}, true},
-		{"every-field", "a dual-stack service using every field, then a minimal one", vecNode, []*plan.Service{vecEveryField(), vecMinimal()}, false},
-		{"ipv6", "IPv6-only UDP service with IPv6 endpoints and source ranges", vecNode, []*plan.Service{vecIPv6()}, true},
-		{"many-endpoints", "300 endpoints in one service, then a service without endpoints", vecNode, []*plan.Service{vecMany(300), vecNoEndpoints()}, true},
-		{"unicode", "non-ASCII strings everywhere, an empty port name, JSON-escaped characters", plan.Node{Name: "nœud-α", Zone: "区域-1"}, []*plan.Service{vecUnicode()}, true},
-		{"max", "every number at its maximum, then every number at zero", vecNode, []*plan.Service{vecMax(), vecZero()}, false},
+		{"empty", "no services, a node without a zone, not full", plan.Node{Name: "node-a"}, nil, false, nil},
+		{"simple", "one IPv4 service with two endpoints, one of them local; the example of docs/plugin-abi.md", vecNode, []*plan.Service{vecSimple()}, true, nil},
+		{"every-field", "a dual-stack service using every field, then a minimal one", vecNode, []*plan.Service{vecEveryField(), vecMinimal()}, false, nil},
+		{"ipv6", "IPv6-only UDP service with IPv6 endpoints and source ranges", vecNode, []*plan.Service{vecIPv6()}, true, nil},
+		{"many-endpoints", "300 endpoints in one service, then a service without endpoints", vecNode, []*plan.Service{vecMany(300), vecNoEndpoints()}, true, nil},
+		{"unicode", "non-ASCII strings everywhere, an empty port name, JSON-escaped characters", plan.Node{Name: "nœud-α", Zone: "区域-1"}, []*plan.Service{vecUnicode()}, true, nil},
+		{"max", "every number at its maximum, then every number at zero", vecNode, []*plan.Service{vecMax(), vecZero()}, false, nil},
+		{"signals", "version 2: the simple service and a three-endpoint one, with each endpoint's active and new connections; the example of docs/plugin-abi.md",
+			vecNode, []*plan.Service{vecSimple(), vecLeastConn()}, true,
+			[][]Signals{{{Active: 3, New: 1}, {Active: 0, New: 0}}, {{Active: 12, New: 4}, {Active: 1, New: 1}, {Active: 0xffffffff, New: 0xffffffff}}}},
+		{"signals-ipv6", "version 2: the IPv6 service and a service without endpoints; the signals of the third endpoint are missing, so zero",
+			vecNode, []*plan.Service{vecIPv6(), vecNoEndpoints()}, false, [][]Signals{{{Active: 5, New: 2}, {Active: 7, New: 0}}}},
 	}
 }
 
@@ -112,6 +119,10 @@ func outputCases() []outputCase {
 			edit(0, opSortByWeightDesc), edit(0, opSetWeight, 0, 1)}},
 		{"many-endpoints-drop-all", "drop every endpoint of the first service", "many-endpoints", []vecEdit{edit(0, opKeep)}},
 		{"unicode-reweight", "drain one endpoint of the unicode service", "unicode", []vecEdit{edit(0, opSetWeight, 1, 0)}},
+		{"signals-least-conn", "weights inverse to the active connections, then the busiest endpoint dropped", "signals", []vecEdit{
+			edit(1, opSetWeight, 0, 1), edit(1, opSetWeight, 1, 50), edit(1, opSetWeight, 2, 0), edit(1, opKeep, 0, 1)}},
+		{"signals-ipv6-sort", "the signals travel with their endpoints: a swap and a sort", "signals-ipv6", []vecEdit{
+			edit(0, opSwap, 0, 2), edit(0, opSortByWeightDesc)}},
 		{"max-clamp", "an affinity above 86400 is clamped; a maximal weight drained; a zero weight raised to the maximum", "max", []vecEdit{
 			edit(1, opSetAffinity, 0xffffffff), edit(0, opSetWeight, 0, 0), edit(1, opSetWeight, 0, 0xffffffff)}},
 	}
@@ -125,6 +136,20 @@ func vecSimple() *plan.Service {
 		Endpoints: []plan.Endpoint{
 			vecLocal(vecEp("10.244.1.5", 8080, "node-a", "zone-1", "web-1")),
 			vecEp("10.244.2.7", 8080, "node-b", "zone-2", "web-2"),
+		},
+	}
+}
+
+// vecLeastConn is a service of three endpoints on three nodes for the signal vectors.
+func vecLeastConn() *plan.Service {
+	return &plan.Service{
+		Key:        plan.Key{Namespace: "default", Name: "api", Port: "grpc", Protocol: plan.TCP},
+		ClusterIPs: vecAddrs("10.96.0.11"),
+		Port:       9090,
+		Endpoints: []plan.Endpoint{
+			vecEp("10.244.1.8", 9090, "node-a", "zone-1", "api-1"),
+			vecEp("10.244.2.8", 9090, "node-b", "zone-2", "api-2"),
+			vecEp("10.244.3.8", 9090, "node-c", "zone-1", "api-3"),
 		},
 	}
 }

@@ -31,6 +31,7 @@ type vecIndex struct {
 // vecBatch is a batch's decoded content as the vectors' JSON spells it.
 type vecBatch struct {
 	Comment  string       `json:"comment"`
+	Version  uint16       `json:"version"`
 	Size     int          `json:"size"`
 	Node     vecNodeJSON  `json:"node"`
 	Full     bool         `json:"full"`
@@ -90,6 +91,8 @@ type vecEndpoint struct {
 	NodeName    string `json:"nodeName"`
 	Zone        string `json:"zone"`
 	Pod         string `json:"pod"`
+	Active      uint32 `json:"active"`
+	New         uint32 `json:"new"`
 }
 
 // vecOutput is an output vector: edits to an input batch and their result.
@@ -169,6 +172,9 @@ func vectorFiles(t *testing.T) map[string][]byte {
 	for _, c := range batchCases() {
 		var e Encoder
 		buf := slices.Clone(e.Encode(c.node, c.services, c.full))
+		if c.signals != nil {
+			buf = slices.Clone(e.EncodeSignals(c.node, c.services, c.full, c.signals))
+		}
 		inputs[c.name] = c
 		files["batches/"+c.name+".bin"] = buf
 		files["batches/"+c.name+".json"] = marshal(t, batchJSON(t, c.comment, buf))
@@ -201,7 +207,7 @@ func batchJSON(t *testing.T, comment string, buf []byte) vecBatch {
 		t.Fatal(err)
 	}
 	v := vecBatch{
-		Comment: comment, Size: len(buf), Full: b.Full(), Strings: u32(buf, hStrings),
+		Comment: comment, Version: b.Version(), Size: len(buf), Full: b.Full(), Strings: u32(buf, hStrings),
 		Node:     vecNodeJSON{Name: b.NodeName(), Zone: b.NodeZone()},
 		Services: make([]vecService, b.Len()),
 	}
@@ -239,7 +245,7 @@ func endpointJSON(e Endpoint) vecEndpoint {
 		ID: e.ID(), Address: e.Address().String(), Port: e.Port(), Flags: u16(e.rec, eFlags),
 		Ready: e.Ready(), Serving: e.Serving(), Terminating: e.Terminating(), Local: e.Local(),
 		ForCluster: e.ForCluster(), ForLocal: e.ForLocal(), Weight: e.Weight(),
-		NodeName: e.NodeName(), Zone: e.Zone(), Pod: e.Pod(),
+		NodeName: e.NodeName(), Zone: e.Zone(), Pod: e.Pod(), Active: e.Active(), New: e.New(),
 	}
 }
 
@@ -281,7 +287,7 @@ func applyEdits(t *testing.T, c outputCase, batch []byte, in []*plan.Service) ([
 			t.Fatalf("output %s: %s: %v", c.name, e.Op, err)
 		}
 	}
-	used, err := Decode(in, b.Bytes())
+	used, err := DecodeVersion(b.Version(), in, b.Bytes())
 	if err != nil {
 		t.Fatalf("output %s: Weir rejects it: %v", c.name, err)
 	}

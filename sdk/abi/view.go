@@ -18,9 +18,10 @@ import (
 type Batch struct {
 	buf []byte
 	n   int
+	ep  int // endpoint record size
 }
 
-// Parse checks magic, version, and that every record, array and string lies
+// Parse checks magic, version (1 or 2), and that every record, array and string lies
 // inside buf, so accessors never go out of bounds afterwards (an endpoint's
 // strings are checked when read: one outside buf reads as empty). It also checks
 // that the records come in order without overlapping, as Weir writes them,
@@ -30,8 +31,11 @@ func Parse(buf []byte) (*Batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Batch{buf: buf, n: n}, nil
+	return &Batch{buf: buf, n: n, ep: endpointSize(u16(buf, hVersion))}, nil
 }
+
+// Version returns the batch's ABI version: 2 when it carries signals.
+func (b *Batch) Version() uint16 { return u16(b.buf, hVersion) }
 
 // Bytes returns the batch's buffer, with the edits made through its views.
 func (b *Batch) Bytes() []byte { return b.buf }
@@ -53,7 +57,7 @@ func (b *Batch) Service(i int) Service {
 	if i < 0 || i >= b.n {
 		outOfRange("service", i, b.n)
 	}
-	return Service{buf: b.buf, off: int(u32(b.buf, HeaderSize+4*i))}
+	return Service{buf: b.buf, off: int(u32(b.buf, HeaderSize+4*i)), ep: b.ep}
 }
 
 // outOfRange panics for an index out of range; kept out of the accessors so
@@ -72,8 +76,9 @@ func check(buf []byte) (int, error) {
 	if m := u32(buf, hMagic); m != Magic {
 		return 0, errors.New("abi: bad magic 0x" + strconv.FormatUint(uint64(m), 16))
 	}
-	if v := u16(buf, hVersion); v != Version {
-		return 0, errors.New("abi: batch version " + strconv.Itoa(int(v)) + ", want " + strconv.Itoa(int(Version)))
+	v := u16(buf, hVersion)
+	if v != Version1 && v != Version2 {
+		return 0, errors.New("abi: batch version " + strconv.Itoa(int(v)) + ", want 1 or 2")
 	}
 	n := uint64(u32(buf, hCount))
 	if HeaderSize+4*n > uint64(len(buf)) {
@@ -92,7 +97,7 @@ func check(buf []byte) (int, error) {
 		if off < end {
 			reason = "record offset " + strconv.Itoa(off) + " overlaps the record table or the previous record"
 		} else {
-			reason = checkRecord(buf, off)
+			reason = checkRecord(buf, off, endpointSize(v))
 		}
 		if reason != "" {
 			return 0, errors.New("abi: service " + strconv.Itoa(i) + ": " + reason)
@@ -104,7 +109,7 @@ func check(buf []byte) (int, error) {
 
 // checkRecord checks that the record at off, its arrays and its strings lie
 // inside buf; it returns what is wrong, or "".
-func checkRecord(buf []byte, off int) string {
+func checkRecord(buf []byte, off, ep int) string {
 	if off%4 != 0 {
 		return "record offset " + strconv.Itoa(off) + " is not a multiple of 4"
 	}
@@ -115,12 +120,12 @@ func checkRecord(buf []byte, off int) string {
 	if uint64(off)+size > uint64(len(buf)) {
 		return "record size " + strconv.FormatUint(size, 10) + " goes past the batch's end"
 	}
-	sh := shapeAt(buf, off)
+	sh := shapeAt(buf, off, ep)
 	eoff := uint64(u32(buf, off+sEndpointsOff))
 	switch {
 	case eoff < uint64(sh.endpointsOff()) || eoff%4 != 0:
 		return "endpoint array offset " + strconv.FormatUint(eoff, 10) + " overlaps the arrays before it or is unaligned"
-	case eoff+EndpointSize*uint64(sh.endpoints) > size:
+	case eoff+uint64(ep)*uint64(sh.endpoints) > size:
 		return "endpoint array of " + strconv.Itoa(sh.endpoints) + " endpoints goes past the record's size"
 	}
 	for _, s := range [...]int{sNamespace, sName, sPortName} {
@@ -142,6 +147,7 @@ func checkRecord(buf []byte, off int) string {
 type Service struct {
 	buf []byte
 	off int
+	ep  int // endpoint record size
 }
 
 // Key returns the service port's key.
@@ -176,7 +182,7 @@ func (s Service) ExternalLocal() bool { return u16(s.buf, s.off+sFlags)&svcExter
 // InternalLocal reports internalTrafficPolicy: Local.
 func (s Service) InternalLocal() bool { return u16(s.buf, s.off+sFlags)&svcInternalLocal != 0 }
 
-func (s Service) shape() shape { return shapeAt(s.buf, s.off) }
+func (s Service) shape() shape { return shapeAt(s.buf, s.off, s.ep) }
 
 func (s Service) addrs(from, n int) []netip.Addr {
 	if n == 0 {
@@ -276,7 +282,7 @@ func (s Service) SetScheduler(sched plan.Scheduler) error {
 func (s Service) Len() int { return int(u32(s.buf, s.off+sEndpoints)) }
 
 func (s Service) slot(i int) int {
-	return s.off + int(u32(s.buf, s.off+sEndpointsOff)) + EndpointSize*i
+	return s.off + int(u32(s.buf, s.off+sEndpointsOff)) + s.ep*i
 }
 
 // Endpoint returns a view of slot i (after Swap/Keep the slot may hold
@@ -286,16 +292,16 @@ func (s Service) Endpoint(i int) Endpoint {
 		outOfRange("endpoint", i, n)
 	}
 	p := s.slot(i)
-	return Endpoint{buf: s.buf, rec: s.buf[p : p+EndpointSize : p+EndpointSize]}
+	return Endpoint{buf: s.buf, rec: s.buf[p : p+s.ep : p+s.ep]}
 }
 
 // Swap exchanges the endpoints in slots i and j.
 func (s Service) Swap(i, j int) {
 	a, b := s.Endpoint(i).rec, s.Endpoint(j).rec
-	var tmp [EndpointSize]byte
+	var tmp [EndpointSizeV2]byte
 	copy(tmp[:], a)
 	copy(a, b)
-	copy(b, tmp[:])
+	copy(b, tmp[:len(b)])
 }
 
 // SortEndpoints sorts the endpoints by less, keeping equal ones in order.
@@ -307,19 +313,20 @@ func (s Service) SortEndpoints(less func(a, b Endpoint) bool) {
 	arr := s.buf[s.slot(0):s.slot(n)]
 	orig := make([]byte, len(arr))
 	copy(orig, arr)
-	o := &ordering{buf: s.buf, orig: orig, idx: make([]int, n), less: less}
+	o := &ordering{buf: s.buf, orig: orig, ep: s.ep, idx: make([]int, n), less: less}
 	for i := range o.idx {
 		o.idx[i] = i
 	}
 	sort.Stable(o)
 	for to, from := range o.idx {
-		copy(arr[EndpointSize*to:], orig[EndpointSize*from:EndpointSize*(from+1)])
+		copy(arr[s.ep*to:], orig[s.ep*from:s.ep*(from+1)])
 	}
 }
 
 // ordering sorts slot indices by comparing copies of the endpoint records.
 type ordering struct {
 	buf, orig []byte
+	ep        int
 	idx       []int
 	less      func(a, b Endpoint) bool
 }
@@ -331,8 +338,8 @@ func (o *ordering) Less(i, j int) bool {
 }
 
 func (o *ordering) view(k int) Endpoint {
-	p := EndpointSize * k
-	return Endpoint{buf: o.buf, rec: o.orig[p : p+EndpointSize : p+EndpointSize]}
+	p := o.ep * k
+	return Endpoint{buf: o.buf, rec: o.orig[p : p+o.ep : p+o.ep]}
 }
 
 // Keep drops the endpoints keep rejects, preserving order; it returns the new Len.
@@ -355,7 +362,7 @@ func (s Service) Keep(keep func(e Endpoint) bool) int {
 // Endpoint is a view of one endpoint record.
 type Endpoint struct {
 	buf []byte // the batch, for strings
-	rec []byte // the 52-byte record
+	rec []byte // the record: 52 bytes, or 60 in version 2
 }
 
 // ID returns the endpoint's index in the batch Weir sent.
@@ -412,3 +419,19 @@ func (e Endpoint) Weight() uint32 { return u32(e.rec, eWeight) }
 
 // SetWeight sets the endpoint's weight; 0 drains it.
 func (e Endpoint) SetWeight(w uint32) { put32(e.rec, eWeight, w) }
+
+// Active returns the number of connections open to the endpoint through
+// Weir's rules on this node, when the batch carries signals (version 2),
+// else 0.
+func (e Endpoint) Active() uint32 { return e.signal(eActive) }
+
+// New returns the number of connections opened to the endpoint since the
+// previous reading of the signals, when the batch carries them, else 0.
+func (e Endpoint) New() uint32 { return e.signal(eNew) }
+
+func (e Endpoint) signal(off int) uint32 {
+	if len(e.rec) < EndpointSizeV2 {
+		return 0
+	}
+	return u32(e.rec, off)
+}

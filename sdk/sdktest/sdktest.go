@@ -32,12 +32,35 @@ func Run(p guest.Plugin, config string, node plan.Node, services ...*plan.Servic
 // Captures and Runs take turns.
 func Capture(p guest.Plugin, config string, node plan.Node, services ...*plan.Service) (
 	out []*plan.Service, stderr []string, err error) {
+	return capture(p, config, node, nil, services)
+}
+
+// RunSignals is Run with a version 2 batch carrying live signals, as Weir
+// sends to a plugin configured with signals: each endpoint gets the
+// signals of its address and port in signals (zero when absent).
+func RunSignals(p guest.Plugin, config string, node plan.Node, signals map[netip.AddrPort]abi.Signals,
+	services ...*plan.Service) ([]*plan.Service, error) {
+	if signals == nil {
+		signals = map[netip.AddrPort]abi.Signals{}
+	}
+	out, _, err := capture(p, config, node, signals, services)
+	return out, err
+}
+
+// capture is Capture, with a version 2 batch when signals is not nil.
+func capture(p guest.Plugin, config string, node plan.Node, signals map[netip.AddrPort]abi.Signals,
+	services []*plan.Service) (out []*plan.Service, stderr []string, err error) {
 	if config == "" {
 		config = "null"
 	}
 	Locate(node, services...)
 	var enc abi.Encoder
+	version := abi.Version1
 	in := enc.Encode(node, services, true)
+	if signals != nil {
+		version = abi.Version2
+		in = enc.EncodeSignals(node, services, true, signalsOf(services, signals))
+	}
 	lines, err := captureStderr(func(w io.Writer) error {
 		if st := guest.Configure(p, []byte(config), w); st != abi.StatusOK {
 			return errors.New("configure returned status " + st.String())
@@ -46,7 +69,7 @@ func Capture(p guest.Plugin, config string, node plan.Node, services ...*plan.Se
 		if st != abi.StatusOK {
 			return errors.New("process returned status " + st.String())
 		}
-		if out, err = abi.Decode(services, res); err != nil {
+		if out, err = abi.DecodeVersion(version, services, res); err != nil {
 			return errors.New("output rejected: " + err.Error())
 		}
 		return nil
@@ -55,6 +78,18 @@ func Capture(p guest.Plugin, config string, node plan.Node, services ...*plan.Se
 		return nil, lines, failure(err.Error(), lines)
 	}
 	return out, lines, nil
+}
+
+// signalsOf lays out the signals of each service's endpoints as the encoder wants them.
+func signalsOf(services []*plan.Service, by map[netip.AddrPort]abi.Signals) [][]abi.Signals {
+	out := make([][]abi.Signals, len(services))
+	for i, s := range services {
+		out[i] = make([]abi.Signals, len(s.Endpoints))
+		for j, e := range s.Endpoints {
+			out[i][j] = by[netip.AddrPortFrom(e.Address, e.Port)]
+		}
+	}
+	return out
 }
 
 // failure builds an error from what went wrong and the plugin's stderr.

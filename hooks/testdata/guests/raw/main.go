@@ -2,7 +2,7 @@
 // without the SDK, to break the contract in ways the SDK never would. Its
 // config ({"mode": "..."}) picks the misbehaviour, which it shows only on
 // batches holding a service annotated hostile.weir.dev/act: "true"; build
-// it with -ldflags "-X main.abiVersion=2" to declare another ABI version.
+// it with -ldflags "-X main.abiVersion=3" to declare another ABI version.
 package main
 
 import (
