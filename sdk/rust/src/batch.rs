@@ -26,16 +26,28 @@ fn fail<T>(reason: String) -> Result<T, Error> {
 /// `parse` checks every record, array and key string, so the accessors never
 /// read outside the buffer. An endpoint's strings are checked when read: one
 /// outside the buffer reads as "".
+///
+/// Both layout versions read and edit alike: a version 2 batch's endpoint
+/// records are 60 bytes instead of 52 and carry the endpoints' signals
+/// (`Endpoint::active`, `Endpoint::new_connections`), which read as 0 in a
+/// version 1 batch. Edits move whole records, so the signals travel with
+/// their endpoints; the output keeps the input's version.
 pub struct Batch<'a> {
     buf: &'a mut [u8],
     len: usize,
+    ep: usize, // endpoint record size
 }
 
 impl<'a> Batch<'a> {
-    /// Checks `buf` and returns the batch it holds.
+    /// Checks `buf` (a batch of version 1 or 2) and returns the batch it holds.
     pub fn parse(buf: &'a mut [u8]) -> Result<Batch<'a>, Error> {
-        let len = check(buf)?;
-        Ok(Batch { buf, len })
+        let (len, ep) = check(buf)?;
+        Ok(Batch { buf, len, ep })
+    }
+
+    /// Returns the batch's layout version: 1, or 2 when it carries signals.
+    pub fn version(&self) -> u16 {
+        u16_at(self.buf, H_VERSION)
     }
 
     /// Returns the buffer, with the edits made through the views.
@@ -71,14 +83,14 @@ impl<'a> Batch<'a> {
     /// Returns a view of service `i`; it panics when `i` is out of range.
     #[track_caller]
     pub fn service(&self, i: usize) -> Service<'_> {
-        Service::new(self.buf, self.record(i))
+        Service::new(self.buf, self.record(i), self.ep)
     }
 
     /// Returns an editable view of service `i`; it panics when `i` is out of range.
     #[track_caller]
     pub fn service_mut(&mut self, i: usize) -> ServiceMut<'_> {
         let off = self.record(i);
-        ServiceMut::new(self.buf, off)
+        ServiceMut::new(self.buf, off, self.ep)
     }
 
     /// Returns the offset of service `i`'s record; it panics when `i` is out of range.
@@ -91,8 +103,9 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// Validates a batch's bounds as the Go SDK does and returns its number of services.
-fn check(buf: &[u8]) -> Result<usize, Error> {
+/// Validates a batch's bounds as the Go SDK does and returns its number of
+/// services and its endpoint record size.
+fn check(buf: &[u8]) -> Result<(usize, usize), Error> {
     if buf.len() < HEADER_SIZE {
         return fail(format!(
             "batch of {} bytes is shorter than its header",
@@ -104,9 +117,10 @@ fn check(buf: &[u8]) -> Result<usize, Error> {
         return fail(format!("bad magic {magic:#x}"));
     }
     let version = u16_at(buf, H_VERSION);
-    if version != VERSION {
-        return fail(format!("batch version {version}, want {VERSION}"));
-    }
+    let ep = match endpoint_size(version) {
+        Some(ep) => ep,
+        None => return fail(format!("batch version {version}, want 1 or 2")),
+    };
     let n = u32_at(buf, H_COUNT) as usize;
     let table_end = n.checked_mul(4).and_then(|t| t.checked_add(HEADER_SIZE));
     let mut end = match table_end {
@@ -126,17 +140,17 @@ fn check(buf: &[u8]) -> Result<usize, Error> {
                 "service {i}: record offset {off} overlaps the record table or the previous record"
             ));
         }
-        if let Err(reason) = check_record(buf, off) {
+        if let Err(reason) = check_record(buf, off, ep) {
             return fail(format!("service {i}: {reason}"));
         }
         end = off + u32_at(buf, off + S_SIZE) as usize;
     }
-    Ok(n)
+    Ok((n, ep))
 }
 
 /// Checks that the record at `off`, its arrays and its key, label and
-/// annotation strings lie inside `buf`.
-fn check_record(buf: &[u8], off: usize) -> Result<(), String> {
+/// annotation strings lie inside `buf`; its endpoint records are `ep` bytes.
+fn check_record(buf: &[u8], off: usize, ep: usize) -> Result<(), String> {
     if off % 4 != 0 {
         return Err(format!("record offset {off} is not a multiple of 4"));
     }
@@ -155,7 +169,7 @@ fn check_record(buf: &[u8], off: usize) -> Result<(), String> {
             "endpoint array offset {eoff} overlaps the arrays before it or is unaligned"
         ));
     }
-    if eoff as u64 + ENDPOINT_SIZE as u64 * sh.endpoints as u64 > size as u64 {
+    if eoff as u64 + ep as u64 * sh.endpoints as u64 > size as u64 {
         return Err(format!(
             "endpoint array of {} endpoints goes past the record's size",
             sh.endpoints

@@ -22,14 +22,15 @@ pub const FOR_LOCAL: u16 = 32;
 #[derive(Clone, Copy)]
 pub struct Endpoint<'b> {
     buf: &'b [u8], // the batch, for strings
-    rec: &'b [u8], // the 52-byte record
+    rec: &'b [u8], // the record: 52 bytes, or 60 in version 2
 }
 
 impl<'b> Endpoint<'b> {
-    pub(crate) fn new(buf: &'b [u8], at: usize) -> Endpoint<'b> {
+    /// Returns a view of the record of `ep` bytes at `at`.
+    pub(crate) fn new(buf: &'b [u8], at: usize, ep: usize) -> Endpoint<'b> {
         Endpoint {
             buf,
-            rec: &buf[at..at + ENDPOINT_SIZE],
+            rec: &buf[at..at + ep],
         }
     }
 
@@ -90,6 +91,27 @@ impl<'b> Endpoint<'b> {
     /// Returns the endpoint's share of new connections; 0 drains.
     pub fn weight(&self) -> u32 {
         u32_at(self.rec, E_WEIGHT)
+    }
+
+    /// Returns the number of connections open to the endpoint through
+    /// Weir's rules on this node when the batch carries signals (version
+    /// 2), else 0.
+    pub fn active(&self) -> u32 {
+        self.signal(E_ACTIVE)
+    }
+
+    /// Returns the number of connections opened to the endpoint since the
+    /// previous reading of the signals (0 at the first reading) when the
+    /// batch carries signals (version 2), else 0.
+    pub fn new_connections(&self) -> u32 {
+        self.signal(E_NEW)
+    }
+
+    fn signal(&self, field: usize) -> u32 {
+        if self.rec.len() < ENDPOINT_SIZE_V2 {
+            return 0;
+        }
+        u32_at(self.rec, field)
     }
 
     fn string(&self, field: usize) -> &'b str {

@@ -1,20 +1,30 @@
-//! The fixed numbers of ABI version 1 and little-endian reads and writes.
+//! The fixed numbers of the ABI (versions 1 and 2) and little-endian reads
+//! and writes.
 //!
 //! Every read takes an offset that the batch check has already bounds-checked,
 //! so the indexing here cannot panic on a parsed batch.
 
 /// The batch header's first word, the bytes "WEIR".
 pub const MAGIC: u32 = 0x5249_4557;
-/// The batch layout version this SDK reads.
-pub const VERSION: u16 = 1;
+/// The newest batch layout version this SDK reads and edits; it reads and
+/// edits version 1 too.
+pub const VERSION: u16 = VERSION_2;
+/// ABI version 1: no signals, 52-byte endpoint records.
+pub const VERSION_1: u16 = 1;
+/// ABI version 2: each endpoint's live signals, 60-byte endpoint records
+/// (version 1's 52 bytes, then the active and new connection counts). Weir
+/// sends it only to a plugin configured with `signals:`.
+pub const VERSION_2: u16 = 2;
 /// The header flag marking a batch that holds every service the plugin matches.
 pub const FLAG_FULL: u16 = 1;
 /// The size of the batch header before the record table.
 pub const HEADER_SIZE: usize = 32;
 /// The size of a service record before its arrays.
 pub const SERVICE_HEADER_SIZE: usize = 64;
-/// The size of an endpoint record.
+/// The size of an endpoint record in version 1.
 pub const ENDPOINT_SIZE: usize = 52;
+/// The size of an endpoint record in version 2.
+pub const ENDPOINT_SIZE_V2: usize = 60;
 /// The longest affinity timeout a plugin may set, in seconds.
 pub const MAX_AFFINITY_SECONDS: u32 = 86400;
 
@@ -60,6 +70,18 @@ pub(crate) const E_ID: usize = 24;
 pub(crate) const E_NODE: usize = 28;
 pub(crate) const E_ZONE: usize = 36;
 pub(crate) const E_POD: usize = 44;
+pub(crate) const E_ACTIVE: usize = 52; // version 2
+pub(crate) const E_NEW: usize = 56; // version 2
+
+/// Returns the size of an endpoint record in batch layout `version`, or
+/// None for a version this SDK does not read.
+pub(crate) fn endpoint_size(version: u16) -> Option<usize> {
+    match version {
+        VERSION_1 => Some(ENDPOINT_SIZE),
+        VERSION_2 => Some(ENDPOINT_SIZE_V2),
+        _ => None,
+    }
+}
 
 pub(crate) fn u16_at(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])

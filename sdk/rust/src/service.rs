@@ -112,11 +112,12 @@ pub(crate) fn addr_at(b: &[u8], off: usize) -> IpAddr {
 pub struct Service<'b> {
     buf: &'b [u8],
     off: usize,
+    ep: usize, // endpoint record size
 }
 
 impl<'b> Service<'b> {
-    pub(crate) fn new(buf: &'b [u8], off: usize) -> Service<'b> {
-        Service { buf, off }
+    pub(crate) fn new(buf: &'b [u8], off: usize, ep: usize) -> Service<'b> {
+        Service { buf, off, ep }
     }
 
     fn shape(&self) -> Shape {
@@ -283,7 +284,7 @@ impl<'b> Service<'b> {
     /// Returns a view of endpoint slot `i`; it panics when `i` is out of range.
     #[track_caller]
     pub fn endpoint(&self, i: usize) -> Endpoint<'b> {
-        Endpoint::new(self.buf, slot(self.buf, self.off, i))
+        Endpoint::new(self.buf, slot(self.buf, self.off, self.ep, i), self.ep)
     }
 
     /// Returns the endpoints in slot order.
@@ -293,15 +294,15 @@ impl<'b> Service<'b> {
     }
 }
 
-/// Returns the offset of endpoint slot `i` of the record at `off`; it panics
-/// when `i` is out of range.
+/// Returns the offset of endpoint slot `i` of the record at `off`, whose
+/// endpoint records are `ep` bytes; it panics when `i` is out of range.
 #[track_caller]
-fn slot(buf: &[u8], off: usize, i: usize) -> usize {
+fn slot(buf: &[u8], off: usize, ep: usize, i: usize) -> usize {
     let n = u32_at(buf, off + S_ENDPOINTS) as usize;
     if i >= n {
         panic!("weir: endpoint index {i} out of range [0,{n})");
     }
-    off + u32_at(buf, off + S_ENDPOINTS_OFF) as usize + ENDPOINT_SIZE * i
+    off + u32_at(buf, off + S_ENDPOINTS_OFF) as usize + ep * i
 }
 
 /// An iterator over a service's labels or annotations.
@@ -355,16 +356,23 @@ impl<'b> Iterator for Pairs<'b> {
 pub struct ServiceMut<'b> {
     buf: &'b mut [u8],
     off: usize,
+    ep: usize, // endpoint record size
 }
 
 impl<'b> ServiceMut<'b> {
-    pub(crate) fn new(buf: &'b mut [u8], off: usize) -> ServiceMut<'b> {
-        ServiceMut { buf, off }
+    pub(crate) fn new(buf: &'b mut [u8], off: usize, ep: usize) -> ServiceMut<'b> {
+        ServiceMut { buf, off, ep }
     }
 
     /// Returns a read-only view of the service.
     pub fn view(&self) -> Service<'_> {
-        Service::new(self.buf, self.off)
+        Service::new(self.buf, self.off, self.ep)
+    }
+
+    /// Returns the offset of endpoint slot `i`; it panics when `i` is out of range.
+    #[track_caller]
+    fn slot(&self, i: usize) -> usize {
+        slot(self.buf, self.off, self.ep, i)
     }
 
     /// Returns the number of endpoints.
@@ -394,21 +402,23 @@ impl<'b> ServiceMut<'b> {
     /// Sets the weight of the endpoint in slot `i`; 0 drains it. It panics when `i` is out of range.
     #[track_caller]
     pub fn set_weight(&mut self, i: usize, weight: u32) {
-        let at = slot(self.buf, self.off, i);
+        let at = self.slot(i);
         put_u32(self.buf, at + E_WEIGHT, weight);
     }
 
-    /// Exchanges the endpoints in slots `i` and `j`.
+    /// Exchanges the endpoints in slots `i` and `j` (whole records, with
+    /// their signals).
     #[track_caller]
     pub fn swap(&mut self, i: usize, j: usize) {
-        let (a, b) = (slot(self.buf, self.off, i), slot(self.buf, self.off, j));
+        let (a, b, ep) = (self.slot(i), self.slot(j), self.ep);
         if a == b {
             return;
         }
-        let mut tmp = [0u8; ENDPOINT_SIZE];
-        tmp.copy_from_slice(&self.buf[a..a + ENDPOINT_SIZE]);
-        self.buf.copy_within(b..b + ENDPOINT_SIZE, a);
-        self.buf[b..b + ENDPOINT_SIZE].copy_from_slice(&tmp);
+        let mut tmp = [0u8; ENDPOINT_SIZE_V2];
+        let tmp = &mut tmp[..ep];
+        tmp.copy_from_slice(&self.buf[a..a + ep]);
+        self.buf.copy_within(b..b + ep, a);
+        self.buf[b..b + ep].copy_from_slice(tmp);
     }
 
     /// Drops the endpoints `keep` rejects, preserving order, and returns the new count.
@@ -420,13 +430,13 @@ impl<'b> ServiceMut<'b> {
         let n = self.len();
         let mut w = 0;
         for i in 0..n {
-            let from = slot(self.buf, self.off, i);
-            if !keep(&Endpoint::new(self.buf, from)) {
+            let from = self.slot(i);
+            if !keep(&Endpoint::new(self.buf, from, self.ep)) {
                 continue;
             }
             if w != i {
-                let to = slot(self.buf, self.off, w);
-                self.buf.copy_within(from..from + ENDPOINT_SIZE, to);
+                let to = self.slot(w);
+                self.buf.copy_within(from..from + self.ep, to);
             }
             w += 1;
         }
@@ -443,21 +453,17 @@ impl<'b> ServiceMut<'b> {
         if n < 2 {
             return;
         }
-        let first = slot(self.buf, self.off, 0);
-        let end = first + ENDPOINT_SIZE * n;
-        let orig = self.buf[first..end].to_vec();
+        let (first, ep) = (self.slot(0), self.ep);
+        let orig = self.buf[first..first + ep * n].to_vec();
         let mut order: Vec<usize> = (0..n).collect();
         {
             let buf: &[u8] = self.buf;
-            let view = |k: usize| {
-                Endpoint::with_record(buf, &orig[ENDPOINT_SIZE * k..ENDPOINT_SIZE * (k + 1)])
-            };
+            let view = |k: usize| Endpoint::with_record(buf, &orig[ep * k..ep * (k + 1)]);
             order.sort_by(|&a, &b| cmp(&view(a), &view(b)));
         }
         for (to, from) in order.into_iter().enumerate() {
-            let dst = first + ENDPOINT_SIZE * to;
-            self.buf[dst..dst + ENDPOINT_SIZE]
-                .copy_from_slice(&orig[ENDPOINT_SIZE * from..ENDPOINT_SIZE * (from + 1)]);
+            let dst = first + ep * to;
+            self.buf[dst..dst + ep].copy_from_slice(&orig[ep * from..ep * (from + 1)]);
         }
     }
 }

@@ -64,9 +64,14 @@ fn process_statuses() {
     assert_eq!(guest::process(&mut p, &mut every), Status::Failed);
     let mut ipv6 = read("batches/ipv6.bin"); // port 53
     assert_eq!(guest::process(&mut p, &mut ipv6), Status::Panic);
+    let mut signals = read("batches/signals.bin"); // version 2, port 80 first
+    assert_eq!(guest::process(&mut p, &mut signals), Status::Ok);
+    let b = Batch::parse(&mut signals).unwrap();
+    let e = b.service(0).endpoint(0);
+    assert_eq!((b.version(), e.weight(), e.active()), (2, 5, 3));
     let mut bad = vec![0u8; 40];
     assert_eq!(guest::process(&mut p, &mut bad), Status::BadInput);
-    assert_eq!(p.calls, 3, "process ran for a batch that did not parse");
+    assert_eq!(p.calls, 4, "process ran for a batch that did not parse");
 }
 
 #[test]
@@ -88,7 +93,7 @@ fn alloc_aligns_and_frees() {
 
 #[test]
 fn exports_round_trip() {
-    assert_eq!(weir_abi_version(), 1);
+    assert_eq!(weir_abi_version(), 2);
     let batch = read("batches/simple.bin");
     let ptr = weir_alloc(batch.len() as u32);
     // SAFETY: ptr holds batch.len() bytes from weir_alloc.

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use self::json::Json;
-use crate::{Batch, Endpoint, Scheduler, Service, SourceRange};
+use crate::{Batch, Endpoint, Scheduler, Service, SourceRange, ENDPOINT_SIZE_V2, VERSION_2};
 
 /// Returns the vectors directory: $WEIR_VECTORS, else found from the crate
 /// (under cargo) or from the repository's root (rustc --test run there).
@@ -57,6 +57,11 @@ fn decodes_every_batch() {
 }
 
 fn check_batch(name: &str, b: &Batch<'_>, want: &Json) {
+    assert_eq!(
+        u64::from(b.version()),
+        want.get("version").u64(),
+        "{name}: version"
+    );
     assert_eq!(
         b.node_name(),
         want.get("node").get("name").str(),
@@ -195,6 +200,12 @@ fn check_endpoint(at: &str, e: &Endpoint<'_>, w: &Json) {
     assert_eq!(e.node_name(), w.get("nodeName").str(), "{at}: node name");
     assert_eq!(e.zone(), w.get("zone").str(), "{at}: zone");
     assert_eq!(e.pod(), w.get("pod").str(), "{at}: pod");
+    assert_eq!(u64::from(e.active()), w.get("active").u64(), "{at}: active");
+    assert_eq!(
+        u64::from(e.new_connections()),
+        w.get("new").u64(),
+        "{at}: new connections"
+    );
 }
 
 fn ip(j: &Json) -> IpAddr {
@@ -253,13 +264,16 @@ fn unhex(text: &str) -> Vec<u8> {
 fn makes_every_output() {
     for name in names("outputs") {
         let want = read_json(&format!("outputs/{name}.json"));
-        let mut buf = read(&format!("batches/{}.bin", want.get("input").str()));
+        let input = want.get("input").str();
+        let mut buf = read(&format!("batches/{input}.bin"));
         {
             let mut batch = Batch::parse(&mut buf).unwrap();
             for e in want.get("edits").arr() {
                 apply(&mut batch, e);
             }
             check_result(&name, &batch, want.get("result"));
+            let sent = read_json(&format!("batches/{input}.json"));
+            check_signals_travel(&name, &batch, &sent);
         }
         assert!(
             buf == read(&format!("outputs/{name}.bin")),
@@ -314,13 +328,84 @@ fn check_result(name: &str, b: &Batch<'_>, result: &Json) {
     }
 }
 
+/// Checks that every endpoint left in the edited batch has the signals its
+/// id had in the batch sent: edits move whole records.
+fn check_signals_travel(name: &str, b: &Batch<'_>, sent: &Json) {
+    for (i, ws) in sent.get("services").arr().iter().enumerate() {
+        let eps = ws.get("endpoints").arr();
+        for e in b.service(i).endpoints() {
+            let w = &eps[e.id() as usize];
+            assert_eq!(w.get("id").u64(), u64::from(e.id()), "{name}: vector order");
+            let got = (u64::from(e.active()), u64::from(e.new_connections()));
+            let want = (w.get("active").u64(), w.get("new").u64());
+            assert_eq!(
+                got,
+                want,
+                "{name}: service {i} endpoint id {}: signals",
+                e.id()
+            );
+        }
+    }
+}
+
+#[test]
+fn reads_both_versions() {
+    let mut v1 = read("batches/simple.bin");
+    let b = Batch::parse(&mut v1).unwrap();
+    assert_eq!(b.version(), 1);
+    let e = b.service(0).endpoint(0);
+    assert_eq!(
+        (e.active(), e.new_connections()),
+        (0, 0),
+        "version 1 signals"
+    );
+
+    let mut v2 = read("batches/signals.bin");
+    let b = Batch::parse(&mut v2).unwrap();
+    assert_eq!(b.version(), VERSION_2);
+    // The same service as in simple.bin, read through 60-byte records.
+    let s = b.service(0);
+    assert_eq!(s.endpoint(1).pod(), "web-2");
+    let e = s.endpoint(0);
+    assert_eq!((e.active(), e.new_connections()), (3, 1));
+    let e = b.service(1).endpoint(2);
+    assert_eq!((e.active(), e.new_connections()), (u32::MAX, u32::MAX));
+    assert_eq!(e.pod(), "api-3");
+}
+
+#[test]
+fn edits_keep_the_version_and_move_signals() {
+    let mut buf = read("batches/signals.bin");
+    let before = buf.clone();
+    let mut batch = Batch::parse(&mut buf).unwrap();
+    let mut s = batch.service_mut(1);
+    s.swap(0, 2);
+    s.keep(|e| e.id() != 1);
+    s.sort_endpoints_by(|a, b| a.active().cmp(&b.active()));
+    let view = s.view();
+    let got: Vec<(u32, u32, u32)> = view
+        .endpoints()
+        .map(|e| (e.id(), e.active(), e.new_connections()))
+        .collect();
+    assert_eq!(got, [(0, 12, 4), (2, u32::MAX, u32::MAX)]);
+    assert_eq!(batch.version(), VERSION_2);
+    assert_eq!(batch.bytes()[..8], before[..8], "the header changed");
+    // The first service, not edited, is untouched.
+    let off = rec(&before, 0);
+    let end = off + 64 + 16 + 2 * ENDPOINT_SIZE_V2;
+    assert!(batch.bytes()[off..end] == before[off..end]);
+}
+
 #[test]
 fn parse_rejects_malformed_batches() {
     let good = read("batches/every-field.bin");
     let cases: Vec<(&str, Mutation)> = vec![
         ("short", Box::new(|b| b.truncate(20))),
         ("magic", Box::new(|b| b[0] ^= 1)),
-        ("version", Box::new(|b| b[4] = 2)),
+        ("version 0", Box::new(|b| b[4] = 0)),
+        ("version 3", Box::new(|b| b[4] = 3)),
+        // 60-byte records: the endpoint array no longer fits the record.
+        ("version 1 read as 2", Box::new(|b| b[4] = 2)),
         (
             "record table",
             Box::new(|b| b[8..12].copy_from_slice(&0x4000_0000u32.to_le_bytes())),
