@@ -1,20 +1,36 @@
 // The AssemblyScript SDK of Weir hook plugins: typed views over the batch
-// layout of docs/plugin-abi.md (ABI version 1), read and edited in place in
-// linear memory, and the bodies of the exports Weir calls.
+// layout of docs/plugin-abi.md (ABI versions 1 and 2), read and edited in
+// place in linear memory, and the bodies of the exports Weir calls.
+//
+// It speaks version 2 (weir_abi_version returns 2) and reads and edits
+// batches of both versions alike: Weir sends version 1 batches unless the
+// plugin's configuration asks for signals (signals: [connections]), and then
+// version 2 batches, whose 60-byte endpoint records carry each endpoint's
+// active and new connection counts (Endpoint.active, .newConnections; 0 in
+// a version 1 batch). Edits move whole records, signals included.
 //
 // A plugin re-exports weir_abi_version, weir_alloc and weir_free from here
 // and defines weir_process with process(); see plugins/as-drain.
 
 // The batch header's first word, the bytes "WEIR".
 export const MAGIC: u32 = 0x52494557;
-// The ABI version this SDK speaks.
-export const ABI_VERSION: i32 = 1;
+// ABI version 1: no signals, 52-byte endpoint records.
+export const VERSION_1: u16 = 1;
+// ABI version 2: each endpoint's live signals, 60-byte endpoint records
+// (version 1's 52 bytes, then the active and new connection counts).
+export const VERSION_2: u16 = 2;
+// The newest ABI version this SDK speaks, returned by weir_abi_version; it
+// reads and edits batches of versions 1 and 2.
+export const ABI_VERSION: i32 = VERSION_2;
+// The size of an endpoint record in version 1.
+export const ENDPOINT_SIZE: usize = 52;
+// The size of an endpoint record in version 2.
+export const ENDPOINT_SIZE_V2: usize = 60;
 // The longest affinity timeout a plugin may set, in seconds.
 export const MAX_AFFINITY_SECONDS: u32 = 86400;
 
 const HEADER_SIZE: usize = 32;
 const SERVICE_HEADER_SIZE: usize = 64;
-const ENDPOINT_SIZE: usize = 52;
 const ADDR_SIZE: usize = 16;
 const RANGE_SIZE: usize = 20;
 const PAIR_SIZE: usize = 16;
@@ -156,21 +172,34 @@ function compareKey(base: usize, p: usize, key: ArrayBuffer): i32 {
   return <i32>n - <i32>k;
 }
 
+// Returns the size of an endpoint record in batch layout version v, or 0
+// for a version this SDK does not read.
+function endpointSize(v: u16): usize {
+  return v == VERSION_1 ? ENDPOINT_SIZE : v == VERSION_2 ? ENDPOINT_SIZE_V2 : 0;
+}
+
 // One batch in linear memory, read and edited in place.
 export class Batch {
   // Why the last parse failed.
   static lastError: string = "";
 
-  constructor(readonly base: usize, readonly size: u32, readonly count: u32) {}
+  // endpointSize is the size of its endpoint records: 52, or 60 in version 2.
+  constructor(readonly base: usize, readonly size: u32, readonly count: u32, readonly endpointSize: usize) {}
 
-  // Checks the batch of len bytes at ptr; null (and lastError) when it is malformed.
+  // Checks the batch of len bytes at ptr (of version 1 or 2); null (and
+  // lastError) when it is malformed.
   static parse(ptr: usize, len: u32): Batch | null {
     const err = check(ptr, len);
     if (err !== null) {
       Batch.lastError = err;
       return null;
     }
-    return new Batch(ptr, len, load<u32>(ptr, 8));
+    return new Batch(ptr, len, load<u32>(ptr, 8), endpointSize(load<u16>(ptr, 4)));
+  }
+
+  // Returns the batch's layout version: 1, or 2 when it carries signals.
+  version(): u16 {
+    return load<u16>(this.base, 4);
   }
 
   // Reports whether the batch holds every service the plugin matches.
@@ -204,7 +233,8 @@ export class Batch {
 function check(base: usize, len: u32): string | null {
   if (<usize>len < HEADER_SIZE) return "batch of " + len.toString() + " bytes is shorter than its header";
   if (load<u32>(base) != MAGIC) return "bad magic 0x" + load<u32>(base).toString(16);
-  if (load<u16>(base, 4) != 1) return "batch version " + load<u16>(base, 4).toString() + ", want 1";
+  const ep = endpointSize(load<u16>(base, 4));
+  if (ep == 0) return "batch version " + load<u16>(base, 4).toString() + ", want 1 or 2";
   const n = <u64>load<u32>(base, 8);
   if (<u64>HEADER_SIZE + 4 * n > <u64>len) return "record table of " + n.toString() + " services is outside the batch";
   if (load<u32>(base, 12) > len) return "string area offset is outside the batch";
@@ -213,15 +243,15 @@ function check(base: usize, len: u32): string | null {
   for (let i: u64 = 0; i < n; i++) {
     const off = <u64>load<u32>(base + HEADER_SIZE + 4 * <usize>i);
     if (off < end) return "service " + i.toString() + ": record offset overlaps the record table or the previous record";
-    const err = checkRecord(base, len, off);
+    const err = checkRecord(base, len, off, ep);
     if (err !== null) return "service " + i.toString() + ": " + err;
     end = off + <u64>load<u32>(base + <usize>off);
   }
   return null;
 }
 
-// Checks one record's bounds; null when it is fine.
-function checkRecord(base: usize, len: u32, off: u64): string | null {
+// Checks one record's bounds, with endpoint records of ep bytes; null when it is fine.
+function checkRecord(base: usize, len: u32, off: u64, ep: usize): string | null {
   if (off % 4 != 0) return "record offset " + off.toString() + " is not a multiple of 4";
   if (off + SERVICE_HEADER_SIZE > <u64>len) return "record offset " + off.toString() + " is outside the batch";
   const r = base + <usize>off;
@@ -231,7 +261,7 @@ function checkRecord(base: usize, len: u32, off: u64): string | null {
   const minEndpoints = pairsOff + PAIR_SIZE * (u16at(r + 56) + u16at(r + 58));
   const eoff = <u64>load<u32>(r, 60);
   if (eoff < <u64>minEndpoints || eoff % 4 != 0) return "endpoint array offset overlaps the arrays before it or is unaligned";
-  if (eoff + <u64>ENDPOINT_SIZE * <u64>load<u32>(r, 20) > size) return "endpoint array goes past the record's size";
+  if (eoff + <u64>ep * <u64>load<u32>(r, 20) > size) return "endpoint array goes past the record's size";
   for (let f: usize = 24; f < 48; f += STR_SIZE) {
     if (!strFits(base, len, r + f)) return "key string is outside the batch";
   }
@@ -386,7 +416,7 @@ export class Service {
 
   private slot(i: i32): usize {
     assert(i >= 0 && i < this.length, "endpoint index out of range");
-    return this.rec + <usize>load<u32>(this.rec + 60) + ENDPOINT_SIZE * <usize>i;
+    return this.rec + <usize>load<u32>(this.rec + 60) + this.batch.endpointSize * <usize>i;
   }
 
   // Returns a view of endpoint slot i; it aborts when i is out of range.
@@ -402,14 +432,14 @@ export class Service {
   // Sets the weight of the endpoint in slot i; 0 drains it.
   setWeight(i: i32, weight: u32): void { store<u32>(this.slot(i) + 20, weight); }
 
-  // Exchanges the endpoints in slots i and j.
+  // Exchanges the endpoints in slots i and j (whole records, with their signals).
   swap(i: i32, j: i32): void {
-    const a = this.slot(i), b = this.slot(j);
+    const a = this.slot(i), b = this.slot(j), ep = this.batch.endpointSize;
     if (a == b) return;
-    const tmp = heap.alloc(ENDPOINT_SIZE);
-    memory.copy(tmp, a, ENDPOINT_SIZE);
-    memory.copy(a, b, ENDPOINT_SIZE);
-    memory.copy(b, tmp, ENDPOINT_SIZE);
+    const tmp = heap.alloc(ep);
+    memory.copy(tmp, a, ep);
+    memory.copy(a, b, ep);
+    memory.copy(b, tmp, ep);
     heap.free(tmp);
   }
 
@@ -422,7 +452,7 @@ export class Service {
     for (let i = 0; i < n; i++) {
       const from = this.slot(i);
       if (!keep(new Endpoint(this.batch, from))) continue;
-      if (w != i) memory.copy(this.slot(w), from, ENDPOINT_SIZE);
+      if (w != i) memory.copy(this.slot(w), from, this.batch.endpointSize);
       w++;
     }
     store<u32>(this.rec + 20, <u32>w);
@@ -433,14 +463,14 @@ export class Service {
   sortEndpoints(cmp: (a: Endpoint, b: Endpoint) => i32): void {
     const n = this.length;
     if (n < 2) return;
-    const first = this.slot(0);
-    const bytes = ENDPOINT_SIZE * <usize>n;
+    const first = this.slot(0), ep = this.batch.endpointSize;
+    const bytes = ep * <usize>n;
     const orig = heap.alloc(bytes);
     memory.copy(orig, first, bytes);
     const order = new Array<Endpoint>(n);
-    for (let i = 0; i < n; i++) order[i] = new Endpoint(this.batch, orig + ENDPOINT_SIZE * <usize>i);
+    for (let i = 0; i < n; i++) order[i] = new Endpoint(this.batch, orig + ep * <usize>i);
     insertionSort(order, cmp);
-    for (let i = 0; i < n; i++) memory.copy(first + ENDPOINT_SIZE * <usize>i, order[i].rec, ENDPOINT_SIZE);
+    for (let i = 0; i < n; i++) memory.copy(first + ep * <usize>i, order[i].rec, ep);
     heap.free(orig);
   }
 }
@@ -460,7 +490,7 @@ function insertionSort(a: Endpoint[], cmp: (a: Endpoint, b: Endpoint) => i32): v
   }
 }
 
-// A view of one endpoint record.
+// A view of one endpoint record: 52 bytes, or 60 in version 2.
 export class Endpoint {
   constructor(readonly batch: Batch, readonly rec: usize) {}
 
@@ -492,4 +522,15 @@ export class Endpoint {
   zone(): string { return strAt(this.batch.base, this.batch.size, this.rec + 36); }
   // Returns the endpoint's pod name, or "".
   pod(): string { return strAt(this.batch.base, this.batch.size, this.rec + 44); }
+  // Returns the number of connections open to the endpoint through Weir's
+  // rules on this node when the batch carries signals (version 2), else 0.
+  active(): u32 { return this.signal(52); }
+  // Returns the number of connections opened to the endpoint since the
+  // previous reading of the signals (0 at the first reading) when the batch
+  // carries signals (version 2), else 0.
+  newConnections(): u32 { return this.signal(56); }
+
+  private signal(field: usize): u32 {
+    return this.batch.endpointSize < ENDPOINT_SIZE_V2 ? 0 : load<u32>(this.rec + field);
+  }
 }

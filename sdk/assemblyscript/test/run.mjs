@@ -57,7 +57,7 @@ const index = readJSON("index.json");
 
 // expected lists a batch's fields from its JSON in test/vectors.ts's dump order.
 function expected(b) {
-  const out = [b.node.name, b.node.zone, String(b.full), String(b.services.length)];
+  const out = [String(b.version), b.node.name, b.node.zone, String(b.full), String(b.services.length)];
   for (const s of b.services) {
     out.push(s.namespace, s.name, s.portName, s.protocol, String(s.protocolCode), s.scheduler,
       String(s.schedulerCode), String(s.flags), String(s.externalLocal), String(s.internalLocal),
@@ -68,7 +68,7 @@ function expected(b) {
     for (const e of s.endpoints) {
       out.push(String(e.id), e.address, String(e.port), String(e.flags), String(e.ready), String(e.serving),
         String(e.terminating), String(e.local), String(e.forCluster), String(e.forLocal), String(e.weight),
-        e.nodeName, e.zone, e.pod);
+        e.nodeName, e.zone, e.pod, String(e.active), String(e.new));
     }
   }
   return out;
@@ -101,15 +101,44 @@ function checkOutputs() {
     }
     const got = Buffer.from(inst.exports.memory.buffer, ptr, input.length);
     if (!got.equals(read(`outputs/${name}.bin`))) fail(`output ${name}: the bytes differ from the vector's`);
+    checkSignalsTravel(inst, name, ptr, input.length, readJSON(`batches/${v.input}.json`));
   }
 }
 
+// checkSignalsTravel checks that every endpoint left in the edited batch has
+// the signals its id had in the batch sent: edits move whole records.
+function checkSignalsTravel(inst, name, ptr, len, sent) {
+  sent.services.forEach((s, i) => {
+    const text = string(inst, inst.exports.signals(ptr, len, i));
+    const got = text === "" ? [] : text.split(",");
+    const want = got.map((g) => {
+      const e = s.endpoints[Number(g.split(":")[0])];
+      return `${e.id}:${e.active}:${e.new}`;
+    });
+    if (got.join(",") !== want.join(",")) fail(`output ${name}: service ${i}: signals ${got}, want ${want}`);
+  });
+}
+
 function checkRejects() {
-  const inst = instantiate();
-  const bin = Buffer.from(read("batches/every-field.bin"));
-  bin[32] += 2; // the first record's offset, unaligned
-  const got = string(inst, inst.exports.dump(put(inst, bin), bin.length));
-  if (!got.startsWith("parse error: service 0: record offset")) fail(`unaligned record: got ${JSON.stringify(got)}`);
+  const cases = [
+    ["unaligned record", (b) => { b[32] += 2; }, "parse error: service 0: record offset"], // the first record's offset
+    ["version 0", (b) => { b[4] = 0; }, "parse error: batch version 0, want 1 or 2"],
+    ["version 3", (b) => { b[4] = 3; }, "parse error: batch version 3, want 1 or 2"],
+    // 60-byte records: the endpoint array no longer fits the record.
+    ["version 1 read as 2", (b) => { b[4] = 2; }, "parse error: service 0: endpoint array goes past"],
+  ];
+  for (const [what, mutate, want] of cases) {
+    const inst = instantiate();
+    const bin = Buffer.from(read("batches/every-field.bin"));
+    mutate(bin);
+    const got = string(inst, inst.exports.dump(put(inst, bin), bin.length));
+    if (!got.startsWith(want)) fail(`${what}: got ${JSON.stringify(got)}`);
+  }
+}
+
+function checkABIVersion() {
+  const got = instantiate().exports.weir_abi_version();
+  if (got !== 2) fail(`weir_abi_version returned ${got}, want 2`);
 }
 
 function checkAbortReportsLocation() {
@@ -136,6 +165,7 @@ function checkConfigure() {
   if (inst.stderr !== 'config: want null, got {"x":1}\n') fail(`configure logged ${JSON.stringify(inst.stderr)}`);
 }
 
+checkABIVersion();
 checkBatches();
 checkOutputs();
 checkConfigure();
@@ -145,4 +175,4 @@ if (failures > 0) {
   console.error(`${failures} failures`);
   process.exit(1);
 }
-console.log(`ok: ${index.batches.length} batches, ${index.outputs.length} outputs, configure, rejects, abort`);
+console.log(`ok: ABI version, ${index.batches.length} batches, ${index.outputs.length} outputs, configure, rejects, abort`);

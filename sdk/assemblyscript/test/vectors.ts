@@ -1,9 +1,9 @@
 // The test module: the SDK's accessors and edits exported for test/run.mjs,
 // which checks them against the ABI's shared vectors.
 
-import { Batch, Endpoint, Service, configure, weir_alloc, weir_free } from "../assembly/index";
+import { Batch, Endpoint, Service, configure, weir_abi_version, weir_alloc, weir_free } from "../assembly/index";
 
-export { weir_alloc, weir_free };
+export { weir_abi_version, weir_alloc, weir_free };
 
 const SEP = "\u0000";
 
@@ -13,6 +13,7 @@ export function dump(ptr: usize, len: u32): string {
   const b = Batch.parse(ptr, len);
   if (b === null) return "parse error: " + Batch.lastError;
   const out = new Array<string>();
+  out.push(b.version().toString());
   out.push(b.nodeName());
   out.push(b.nodeZone());
   out.push(b.full ? "true" : "false");
@@ -65,6 +66,22 @@ function dumpEndpoint(out: string[], e: Endpoint): void {
   out.push(e.nodeName());
   out.push(e.zone());
   out.push(e.pod());
+  out.push(e.active().toString());
+  out.push(e.newConnections().toString());
+}
+
+// Returns service i's endpoints in slot order as "id:active:new" joined by
+// commas, for run.mjs to check that edits carry the signals along.
+export function signals(ptr: usize, len: u32, service: i32): string {
+  const b = Batch.parse(ptr, len);
+  if (b === null) return "parse error: " + Batch.lastError;
+  const s = b.service(service);
+  const out = new Array<string>();
+  for (let j = 0; j < s.length; j++) {
+    const e = s.endpoint(j);
+    out.push(e.id().toString() + ":" + e.active().toString() + ":" + e.newConnections().toString());
+  }
+  return out.join(",");
 }
 
 // Makes one edit of an output vector to the batch at ptr; returns 0, or 1
