@@ -59,6 +59,7 @@ type slot struct {
 	health    health
 	failedSHA string // the file version that last failed to reload
 	loadErr   error  // why New could not load the plugin, while p is nil
+	sig       *signalState // nil for a plugin without signals
 }
 
 // entry remembers a plugin's output for one service version, by pointer.
@@ -83,7 +84,11 @@ func New(ctx context.Context, plugins []Config, opts Options) (*Chain, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.slots = append(c.slots, &slot{settings: s, index: i, cache: map[plan.Key]entry{}})
+		sl := &slot{settings: s, index: i, cache: map[plan.Key]entry{}}
+		if len(s.Signals) > 0 {
+			sl.sig = newSignalState()
+		}
+		c.slots = append(c.slots, sl)
 	}
 	if len(c.slots) == 0 {
 		return c, nil
@@ -194,6 +199,7 @@ func (c *Chain) Forget(keys ...plan.Key) {
 		delete(c.lastGood, k)
 		for _, s := range c.slots {
 			delete(s.cache, k)
+			s.sig.forget(k)
 		}
 	}
 }
@@ -256,6 +262,7 @@ func (c *Chain) prune(services []*plan.Service) {
 		for k := range s.cache {
 			if _, ok := keep[k]; !ok {
 				delete(s.cache, k)
+				s.sig.forget(k)
 			}
 		}
 	}

@@ -90,7 +90,23 @@ type Config struct {
 	MemoryLimit uint64
 	// Match selects the services the plugin sees.
 	Match Match
+	// Signals lists the live signals the plugin wants; SignalConnections
+	// is the only one. A plugin with signals must speak ABI version 2: it
+	// gets version 2 batches, and is called again every Interval for the
+	// services whose signals moved.
+	Signals []string
+	// Interval is how often the signals are read for the plugin: 100ms to
+	// 1h, or 0 for DefaultSignalInterval; only with Signals.
+	Interval time.Duration
 }
+
+// SignalConnections is the signal of each endpoint's active and new
+// connections through Weir's rules on this node.
+const SignalConnections = "connections"
+
+// DefaultSignalInterval is how often the signals of a plugin whose
+// Interval is 0 are read.
+const DefaultSignalInterval = 2 * time.Second
 
 // DefaultTimeout bounds each call into a plugin whose Timeout is 0.
 const DefaultTimeout = 100 * time.Millisecond
@@ -101,6 +117,8 @@ const DefaultRefreshInterval = 5 * time.Minute
 
 // Limits and defaults of a plugin's configuration.
 const (
+	minInterval        = 100 * time.Millisecond
+	maxInterval        = time.Hour
 	minRefresh         = time.Second
 	maxRefresh         = 24 * time.Hour
 	minTimeout         = time.Millisecond
@@ -129,6 +147,8 @@ var allowed = map[string]string{
 	"timeout":         fmt.Sprintf("a duration between %s and %s, such as %s", minTimeout, maxTimeout, DefaultTimeout),
 	"memoryLimit": fmt.Sprintf("a size between %s and %s, such as %s",
 		size(minMemoryLimit), size(maxMemoryLimit), size(defaultMemoryLimit)),
+	"signals":           "a list of signals; the only one is " + SignalConnections,
+	"interval":          fmt.Sprintf("a duration between %s and %s, such as %s, with signals only", minInterval, maxInterval, DefaultSignalInterval),
 	"match.namespaces":  "a list of namespace names",
 	"match.selector":    "a label selector such as app=web,tier!=db or 'env in (prod, staging)'",
 	"match.annotations": "a list of annotation keys such as canary.weir.dev/split",
@@ -199,6 +219,10 @@ func checkValues(i int, c Config) []*FieldError {
 	refuse("timeout", c.Timeout.String(), c.Timeout != 0 && (c.Timeout < minTimeout || c.Timeout > maxTimeout))
 	refuse("memoryLimit", strconv.FormatUint(c.MemoryLimit, 10),
 		c.MemoryLimit != 0 && (c.MemoryLimit < minMemoryLimit || c.MemoryLimit > maxMemoryLimit))
+	refuse("signals", strings.Join(c.Signals, ","),
+		slices.ContainsFunc(c.Signals, func(s string) bool { return s != SignalConnections }))
+	refuse("interval", c.Interval.String(), c.Interval != 0 &&
+		(len(c.Signals) == 0 || c.Interval < minInterval || c.Interval > maxInterval))
 	refuse("match.namespaces", strings.Join(c.Match.Namespaces, ","),
 		slices.ContainsFunc(c.Match.Namespaces, func(n string) bool { return !dnsLabel.MatchString(n) }))
 	refuse("match.annotations", strings.Join(c.Match.Annotations, ","),
@@ -233,6 +257,9 @@ func complete(c Config) (*settings, error) {
 	}
 	if c.MemoryLimit == 0 {
 		c.MemoryLimit = defaultMemoryLimit
+	}
+	if c.Interval == 0 && len(c.Signals) > 0 {
+		c.Interval = DefaultSignalInterval
 	}
 	c.SHA256 = strings.ToLower(c.SHA256)
 	pages := c.MemoryLimit / pageSize

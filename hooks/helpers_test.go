@@ -30,6 +30,7 @@ var guestBuilds = []struct{ name, pkg, ldflags string }{
 	{"reweight", "./testdata/guests/reweight", ""},
 	{"noop", "./testdata/guests/noop", ""},
 	{"raw", "./testdata/guests/raw", ""},
+	{"signals", "./testdata/guests/signals", ""},
 	{"abiv3", "./testdata/guests/raw", "-X main.abiVersion=3"},
 	{"canary", "../plugins/canary", ""},
 	{"zone-preference", "../plugins/zone-preference", ""},

@@ -112,6 +112,10 @@ func (p *plugin) compile(ctx context.Context, data []byte, cache wazero.Compilat
 	if err != nil {
 		return err
 	}
+	if len(p.Signals) > 0 && inst.version < abi.Version2 {
+		inst.close()
+		return fmt.Errorf("it speaks plugin ABI version %d, which carries no signals: rebuild it with an SDK speaking version 2, or configure it without signals", inst.version)
+	}
 	p.put(inst)
 	return nil
 }
@@ -141,7 +145,7 @@ func (p *plugin) run(ctx context.Context, inst **instance, batch []byte, in []*p
 				err = fmt.Errorf("host panic while reading the output: %v", r)
 			}
 		}()
-		if out, err = abi.Decode(in, output); err != nil {
+		if out, err = abi.DecodeVersion(le.Uint16(batch[4:]), in, output); err != nil {
 			return fmt.Errorf("invalid output: %w", err)
 		}
 		if next != nil {

@@ -49,7 +49,7 @@ func (r *run) slot(s *slot) {
 			continue
 		}
 		matching++
-		if e, ok := s.cache[svc.Key]; ok && e.in == svc {
+		if e, ok := s.cache[svc.Key]; ok && e.in == svc && !s.sig.stale(svc.Key) {
 			r.cur[i] = e.out
 			r.cached[s.index]++
 			continue
@@ -63,7 +63,7 @@ func (r *run) slot(s *slot) {
 	case s.health.quarantined(r.c.opts.Now()):
 		r.fail(s, misses, s.health.err())
 	case s.p != nil:
-		chunks := r.chunks(misses)
+		chunks := r.chunks(s, misses)
 		full := r.full && len(misses) == matching && len(chunks) == 1
 		parts := r.calls(s, chunks, full)
 		r.relayed = nil
@@ -98,8 +98,8 @@ type chunk struct {
 // plugin calls relayed when they hold exactly these services, in this
 // order (a failed call relays nothing); otherwise calls of at most
 // maxCallEndpoints endpoints, encoded when they are made.
-func (r *run) chunks(idx []int) []chunk {
-	if r.carries(idx) {
+func (r *run) chunks(s *slot, idx []int) []chunk {
+	if s.sig == nil && r.carries(idx) { // relayed batches are of version 1
 		return r.relayed
 	}
 	var out []chunk
@@ -233,7 +233,11 @@ func (r *run) call(s *slot, w *worker, c chunk, full bool) []part {
 	}
 	var next []byte
 	if batch == nil {
-		batch = w.enc.Encode(r.c.node, in, full)
+		if s.sig != nil {
+			batch = w.enc.EncodeSignals(r.c.node, in, full, s.signalsOf(in))
+		} else {
+			batch = w.enc.Encode(r.c.node, in, full)
+		}
 		r.c.encoded.Add(1)
 		if uint64(len(batch)) > s.MemoryLimit/4 && len(c.idx) > 1 {
 			half := len(c.idx) / 2
@@ -254,9 +258,10 @@ func (r *run) call(s *slot, w *worker, c chunk, full bool) []part {
 }
 
 // relays reports whether the outputs of s are worth relaying: a plugin
-// after it may take them.
+// after it may take them. Batches with signals (version 2) are neither
+// relayed nor taken from a relay.
 func (r *run) relays(s *slot) bool {
-	return !r.c.noRelay && s.index < len(r.c.slots)-1
+	return !r.c.noRelay && s.sig == nil && s.index < len(r.c.slots)-1 && r.c.slots[s.index+1].sig == nil
 }
 
 // settle adopts one call's outputs, or applies the failure policy and
@@ -313,6 +318,7 @@ func (r *run) accept(s *slot, idx []int, in, out []*plan.Service) {
 			o = e.out
 		}
 		s.cache[o.Key] = entry{in: in[j], out: o}
+		s.sig.sent(o.Key)
 		r.cached[s.index]++
 		if onChange != nil && in[j] != o && !in[j].Equal(o) {
 			onChange(s.Name, in[j], o)

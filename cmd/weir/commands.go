@@ -235,6 +235,9 @@ func runDaemon(env *environment) error {
 	if chain != nil {
 		dbg.chain.Store(chain)
 		go watchPlugins(ctx, env, chain, reloaded, p)
+		if chain.SignalInterval() > 0 {
+			go pollSignals(ctx, env, chain, signalSource(be, ct), p)
+		}
 	}
 	env.log.Info("Starting Weir", "version", version, "mode", env.cfg.Mode, "node", env.cfg.NodeName,
 		"source", env.cfg.Source.Kind, "path", env.cfg.Source.Path, "plugins", len(env.cfg.Plugins))

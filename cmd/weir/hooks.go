@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/hooks"
 	"github.com/weirproxy/weir/sdk/plan"
@@ -40,6 +42,50 @@ func watchPlugins(ctx context.Context, env *environment, chain *hooks.Chain, rel
 	if err := chain.Watch(ctx); err != nil {
 		env.log.Error("Stopped watching plugin files; changes need a restart", "error", err)
 	}
+}
+
+// pollSignals reads, every interval of the plugins with signals, the
+// signals of the services they saw, and has the proxy run the services
+// whose signals moved through the plugins again, until ctx is done. A read
+// that fails is logged when it starts failing and when it recovers.
+func pollSignals(ctx context.Context, env *environment, chain *hooks.Chain, src hooks.SignalSource, p *proxy.Proxy) {
+	t := time.NewTicker(chain.SignalInterval())
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		keys, err := chain.Poll(ctx, src)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			if !failing {
+				env.log.Warn("Cannot read the plugins' live signals; their weights stay as they are", "error", err)
+			}
+			failing = true
+			continue
+		case failing:
+			env.log.Info("Reading the plugins' live signals again")
+			failing = false
+		}
+		if len(keys) > 0 {
+			env.log.Debug("Live signals moved", "services", len(keys))
+			p.Touch(keys...)
+		}
+	}
+}
+
+// signalSource is where the plugins' live signals come from: IPVS's own
+// counts in IPVS mode, the conntrack table in the other modes.
+func signalSource(be any, ct *conntrack.Cleaner) hooks.SignalSource {
+	if src, ok := be.(hooks.SignalSource); ok {
+		return src
+	}
+	return conntrack.NewLoad(ct, conntrack.Limits{})
 }
 
 // change is one plugin's edit of one service, for weir plan.

@@ -15,7 +15,7 @@ import (
 )
 
 // pluginKeys are the keys of one plugins entry, in the order docs list them.
-var pluginKeys = []string{"name", "path", "sha256", "publicKey", "dockerConfig", "refreshInterval", "config", "failurePolicy", "timeout", "memoryLimit", "match"}
+var pluginKeys = []string{"name", "path", "sha256", "publicKey", "dockerConfig", "refreshInterval", "config", "failurePolicy", "timeout", "memoryLimit", "signals", "interval", "match"}
 
 // matchKeys are the keys of an entry's match section.
 var matchKeys = []string{"namespaces", "selector", "annotations"}
@@ -52,6 +52,10 @@ func readPlugin(raw map[string]any) *pluginEntry {
 		FailurePolicy:   hooks.Policy(e.text("failurePolicy")),
 		Timeout:         e.duration("timeout"),
 		MemoryLimit:     e.memoryLimit(),
+		Interval:        e.duration("interval"),
+	}
+	if raw["signals"] != nil {
+		e.cfg.Signals = e.list("signals", true)
 	}
 	e.readMatch()
 	return e
@@ -100,7 +104,7 @@ func isNumber(raw any) bool {
 	return false
 }
 
-// duration reads a duration, timeout or refreshInterval; 0 when it is
+// duration reads a duration, timeout, refreshInterval or interval; 0 when it is
 // absent. A written value must be positive: hooks.Config takes 0 for its
 // default, and a file asks for that by leaving the key out.
 func (e *pluginEntry) duration(key string) time.Duration {

@@ -164,3 +164,40 @@ func TestRequestFullSync(t *testing.T) {
 		t.Errorf("the sync after RequestFullSync passed changed=%v to the backend, want a full sync", c.changed)
 	}
 }
+
+// Touched keys reach the hooks at the next sync with their unchanged
+// planned services; the backend gets only those whose rules then changed,
+// and nothing at all when none did.
+func TestTouchRunsHooksAgain(t *testing.T) {
+	h := &fakeHooks{}
+	p, be, _, _ := hookedProxy(t, h)
+	commits := be.count()
+	p.Touch(key("web", "http"), key("gone", "x"))
+	if err := p.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if keys, full := h.last(); full || !slices.Equal(keys, []plan.Key{key("web", "http")}) {
+		t.Errorf("hooks got %v (full %v), want web:http alone, partial (a key not in the plan is dropped)", keys, full)
+	}
+	if n := be.count(); n != commits {
+		t.Errorf("the backend got %d syncs for an unchanged output, want none", n-commits)
+	}
+
+	h.mu.Lock()
+	h.drain = netip.MustParseAddr("10.244.0.12")
+	h.mu.Unlock()
+	p.Touch(key("web", "http"))
+	if err := p.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := be.last(t).changed; !slices.Equal(got, []plan.Key{key("web", "http")}) {
+		t.Errorf("backend changed = %v, want web:http", got)
+	}
+	calls := len(h.applied)
+	if err := p.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.applied) != calls {
+		t.Error("a touched key stayed touched after its sync")
+	}
+}

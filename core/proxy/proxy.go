@@ -170,6 +170,11 @@ type Proxy struct {
 	// (view.go).
 	status      SyncStatus
 	committedAt map[plan.Key]time.Time
+
+	// touched are the keys Touch asked to run through the hooks again,
+	// guarded by touchMu (Touch must not wait for a sync in progress).
+	touchMu sync.Mutex
+	touched map[plan.Key]struct{}
 }
 
 // New returns a proxy with an empty plan.
@@ -237,6 +242,48 @@ func (p *Proxy) requestSync() {
 }
 
 func (p *Proxy) setTrigger(f func()) { p.trigger.Store(&f) }
+
+// Touch asks for a sync that runs the planned services of keys through the
+// hook plugins again, though nothing changed in the cluster: the plugins
+// with signals whose signals moved (hooks.Chain.Poll). Only the services
+// whose final rules then differ reach the backend.
+func (p *Proxy) Touch(keys ...plan.Key) {
+	if len(keys) == 0 {
+		return
+	}
+	p.touchMu.Lock()
+	if p.touched == nil {
+		p.touched = map[plan.Key]struct{}{}
+	}
+	for _, k := range keys {
+		p.touched[k] = struct{}{}
+	}
+	p.touchMu.Unlock()
+	if t := p.trigger.Load(); t != nil {
+		(*t)()
+	}
+}
+
+// withTouched returns planned with the touched keys still in the plan
+// added, and forgets them.
+func (p *Proxy) withTouched(planned []plan.Key) []plan.Key {
+	p.touchMu.Lock()
+	touched := p.touched
+	p.touched = nil
+	p.touchMu.Unlock()
+	if len(touched) == 0 {
+		return planned
+	}
+	for _, k := range planned {
+		delete(touched, k)
+	}
+	for k := range touched {
+		if p.plan.Services[k] != nil {
+			planned = append(planned, k)
+		}
+	}
+	return planned
+}
 
 // RequestFullSync makes the next sync a full one and asks the runner for it
 // (after a hook plugin was reloaded, every service must pass through it).
@@ -314,7 +361,7 @@ func (p *Proxy) sync(ctx context.Context, snap tracker.Snapshot, full bool) erro
 	start := time.Now()
 	p.log.Info("Syncing rules", "full", full)
 	node, cidrs := p.plan.Node, p.plan.ServiceCIDRs
-	planned := p.update(snap, full)
+	planned := p.withTouched(p.update(snap, full))
 	hooksStart := time.Now()
 	out := p.applyHooks(ctx, planned, full)
 	hooksTook := time.Since(hooksStart)
