@@ -57,8 +57,8 @@ type slot struct {
 	p         *plugin // nil while an open plugin could not be loaded
 	cache     map[plan.Key]entry
 	health    health
-	failedSHA string // the file version that last failed to reload
-	loadErr   error  // why New could not load the plugin, while p is nil
+	failedSHA string       // the file version that last failed to reload
+	loadErr   error        // why New could not load the plugin, while p is nil
 	sig       *signalState // nil for a plugin without signals
 }
 
