@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/weirproxy/weir/sdk/abi"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/test/netns"
 )
@@ -171,5 +173,19 @@ func TestLoadRealConnections(t *testing.T) {
 	if d := rep.Dests[0]; d.Endpoints[0] != (EndpointLoad{Tracked: 8, Active: 5, New: 3}) || d.Endpoints[1] != (EndpointLoad{}) || rep.Since.IsZero() {
 		t.Fatalf("second read: a %+v, b %+v, since %v; want a 8 tracked, 5 active, 3 new (two open, one closed)",
 			d.Endpoints[0], d.Endpoints[1], rep.Since)
+	}
+
+	// Signals sums the same counts per endpoint of a plan service, after
+	// one more connection.
+	ec.open(vip)
+	svc := &plan.Service{Key: plan.Key{Namespace: "default", Name: "echo", Protocol: plan.TCP},
+		ClusterIPs: []netip.Addr{vip.Addr()}, Port: vip.Port(),
+		Endpoints: []plan.Endpoint{{Address: podA, Port: echoPort}, {Address: podB, Port: echoPort}}}
+	sigs, err := l.Signals(testCtx(t), []*plan.Service{svc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []abi.Signals{{Active: 6, New: 1}, {}}; !slices.Equal(sigs[0], want) {
+		t.Errorf("Signals = %v, want %v", sigs[0], want)
 	}
 }
