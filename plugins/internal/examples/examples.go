@@ -23,7 +23,27 @@ import (
 // copy of the 10k batch, through the same path as the wasm export.
 func Process(b *testing.B, p guest.Plugin, config string) {
 	var enc abi.Encoder
-	in := enc.Encode(plan.Node{Name: "pool-0-1", Zone: "zone-0"}, services(), true)
+	run(b, p, config, enc.Encode(plan.Node{Name: "pool-0-1", Zone: "zone-0"}, services(), true))
+}
+
+// ProcessSignals is Process on a version 2 batch of the 10k services in
+// which endpoint j of service i has the signals sig(i, j).
+func ProcessSignals(b *testing.B, p guest.Plugin, config string, sig func(i, j int) abi.Signals) {
+	svcs := services()
+	signals := make([][]abi.Signals, len(svcs))
+	for i, s := range svcs {
+		signals[i] = make([]abi.Signals, len(s.Endpoints))
+		for j := range signals[i] {
+			signals[i][j] = sig(i, j)
+		}
+	}
+	var enc abi.Encoder
+	run(b, p, config, enc.EncodeSignals(plan.Node{Name: "pool-0-1", Zone: "zone-0"}, svcs, true, signals))
+}
+
+// run configures p with config and runs it b.N times on a fresh copy of in.
+func run(b *testing.B, p guest.Plugin, config string, in []byte) {
+	b.Helper()
 	if st := guest.Configure(p, []byte(config), io.Discard); st != abi.StatusOK {
 		b.Fatal(st)
 	}
