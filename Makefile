@@ -9,7 +9,7 @@ PKGS      := ./...
 # Rust, built with Debian's rustc and its wasm32-wasi standard library
 # (packages rustc, libstd-rust-dev-wasm32 and lld; see rust-plugins);
 # as-same-zone is AssemblyScript (Node.js and npm; see as-plugins).
-GO_PLUGINS := canary zone-preference drain affinity
+GO_PLUGINS := canary zone-preference drain affinity least-conn
 RUSTC      ?= /usr/bin/rustc
 
 .PHONY: all build plugins test test-fast test-vm vm-tools demo bench bench-vm lint fuzz clean
