@@ -10,8 +10,9 @@ import (
 // Echo is a TCP server in a pod that sends back every line it receives:
 // the far end of a long-lived connection through a service.
 type Echo struct {
-	ln net.Listener
-	wg sync.WaitGroup
+	ln    net.Listener
+	wg    sync.WaitGroup
+	greet []byte // sent first on every connection; nil for none
 
 	mu    sync.Mutex
 	conns map[net.Conn]bool
@@ -20,7 +21,18 @@ type Echo struct {
 // StartEcho listens on port, on the pod's IPv4 addresses, and echoes
 // every line of every connection until Close.
 func StartEcho(p *Pod, port uint16) (*Echo, error) {
-	e := &Echo{conns: map[net.Conn]bool{}}
+	return startEcho(p, port, nil)
+}
+
+// StartGreeter is StartEcho with every connection opened by the line
+// "<pod name>\n", so that a client of a service learns which pod holds
+// its connection.
+func StartGreeter(p *Pod, port uint16) (*Echo, error) {
+	return startEcho(p, port, []byte(p.Name+"\n"))
+}
+
+func startEcho(p *Pod, port uint16, greet []byte) (*Echo, error) {
+	e := &Echo{conns: map[net.Conn]bool{}, greet: greet}
 	err := p.NS.Do(func() (err error) {
 		e.ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
 		return err
@@ -51,6 +63,11 @@ func (e *Echo) serve(c net.Conn) {
 		e.mu.Unlock()
 		c.Close()
 	}()
+	if e.greet != nil {
+		if _, err := c.Write(e.greet); err != nil {
+			return
+		}
+	}
 	r := bufio.NewReader(c)
 	for {
 		line, err := r.ReadBytes('\n')
