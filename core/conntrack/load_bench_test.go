@@ -82,11 +82,20 @@ func checkLoad(b *testing.B, l *Load, serving []Serving, entries, matching int) 
 	}
 }
 
-// benchServing returns the destinations of n TCP services with eps
-// endpoints each, addressed like the backends' benchmark plans, every
-// nodePortEvery-th with a node port.
+// benchServing returns the destinations of benchServices.
 func benchServing(n, eps, nodePortEvery int) []Serving {
 	var out []Serving
+	for _, s := range benchServices(n, eps, nodePortEvery) {
+		out = append(out, DestinationsOf(s)...)
+	}
+	return out
+}
+
+// benchServices returns n TCP services with eps endpoints each, addressed
+// like the backends' benchmark plans, every nodePortEvery-th with a node
+// port.
+func benchServices(n, eps, nodePortEvery int) []*plan.Service {
+	var out []*plan.Service
 	for i := range n {
 		s := &plan.Service{
 			Key:        plan.Key{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i), Port: "http", Protocol: plan.TCP},
@@ -102,9 +111,31 @@ func benchServing(n, eps, nodePortEvery int) []Serving {
 				Port:    8080, Ready: true, Serving: true, ForCluster: true, Weight: 1,
 			})
 		}
-		out = append(out, DestinationsOf(s)...)
+		out = append(out, s)
 	}
 	return out
+}
+
+// BenchmarkSignals reads the live signals of 10k services x 10 endpoints,
+// as a least-conn plugin matching every service would have weir run read
+// them each interval, from a table of 100k established TCP entries: the
+// read of BenchmarkLoad plus laying the counts out per endpoint.
+func BenchmarkSignals(b *testing.B) {
+	services := benchServices(10000, 10, 10)
+	ns := netns.Empty(b, b)
+	insertEntries(b, ns, benchServing(10000, 10, 10), 100000)
+	c, err := New(ns, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	l := NewLoad(c, Limits{MaxTime: -1})
+	for b.Loop() {
+		sigs, err := l.Signals(b.Context(), services)
+		if err != nil || len(sigs) != len(services) {
+			b.Fatalf("Signals: %d services, %v", len(sigs), err)
+		}
+	}
 }
 
 // insertEntries adds n established TCP entries to the table of ns over

@@ -3,6 +3,7 @@ package conntrack
 import (
 	"context"
 	"net/netip"
+	"slices"
 
 	"github.com/weirproxy/weir/sdk/abi"
 	"github.com/weirproxy/weir/sdk/plan"
@@ -22,8 +23,9 @@ func (l *Load) Signals(ctx context.Context, services []*plan.Service) ([][]abi.S
 	var serving []Serving
 	owner := make([]int, 0, len(services)) // the service of each destination
 	addrs := make([][]netip.Addr, len(services))
+	at := make([][]int, len(services)) // at[i][j]: endpoint j's address in addrs[i]
 	for i, s := range services {
-		addrs[i] = endpointAddrs(s)
+		addrs[i], at[i] = endpointAddrs(s)
 		for _, d := range destinations(s) {
 			serving = append(serving, Serving{Protocol: s.Key.Protocol, Dest: d, Endpoints: addrs[i]})
 			owner = append(owner, i)
@@ -33,40 +35,52 @@ func (l *Load) Signals(ctx context.Context, services []*plan.Service) ([][]abi.S
 	if err != nil {
 		return nil, err
 	}
-	byAddr := make([]map[netip.Addr]abi.Signals, len(services))
+	sums := make([][]abi.Signals, len(services)) // per address
+	for i := range services {
+		sums[i] = make([]abi.Signals, len(addrs[i]))
+	}
 	for j, d := range rep.Dests {
-		i := owner[j]
-		if byAddr[i] == nil {
-			byAddr[i] = make(map[netip.Addr]abi.Signals, len(addrs[i]))
-		}
+		sum := sums[owner[j]]
 		for k, load := range d.Endpoints {
-			a := addrs[i][k]
-			sig := byAddr[i][a]
-			sig.Active += uint32(load.Active)
-			sig.New += uint32(load.New)
-			byAddr[i][a] = sig
+			sum[k].Active += uint32(load.Active)
+			sum[k].New += uint32(load.New)
 		}
 	}
 	out := make([][]abi.Signals, len(services))
 	for i, s := range services {
 		out[i] = make([]abi.Signals, len(s.Endpoints))
 		for j := range s.Endpoints {
-			out[i][j] = byAddr[i][s.Endpoints[j].Address.Unmap()]
+			out[i][j] = sums[i][at[i][j]]
 		}
 	}
 	return out, nil
 }
 
-// endpointAddrs returns the distinct addresses of s's endpoints, unmapped.
-func endpointAddrs(s *plan.Service) []netip.Addr {
-	out := make([]netip.Addr, 0, len(s.Endpoints))
-	seen := make(map[netip.Addr]bool, len(s.Endpoints))
-	for _, e := range s.Endpoints {
-		a := e.Address.Unmap()
-		if !seen[a] {
-			seen[a] = true
-			out = append(out, a)
-		}
+// endpointAddrs returns the distinct addresses of s's endpoints, unmapped,
+// and for each endpoint the index of its address among them.
+func endpointAddrs(s *plan.Service) ([]netip.Addr, []int) {
+	addrs := make([]netip.Addr, 0, len(s.Endpoints))
+	at := make([]int, len(s.Endpoints))
+	var seen map[netip.Addr]int // for a service too big for a linear search
+	if len(s.Endpoints) > 16 {
+		seen = make(map[netip.Addr]int, len(s.Endpoints))
 	}
-	return out
+	for j := range s.Endpoints {
+		a := s.Endpoints[j].Address.Unmap()
+		k, ok := -1, false
+		if seen != nil {
+			k, ok = seen[a]
+		} else if k = slices.Index(addrs, a); k >= 0 {
+			ok = true
+		}
+		if !ok {
+			k = len(addrs)
+			addrs = append(addrs, a)
+			if seen != nil {
+				seen[a] = k
+			}
+		}
+		at[j] = k
+	}
+	return addrs, at
 }
