@@ -58,6 +58,12 @@ func newGenlConn(h *netlink.Handle, fd int) (*genlConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: resolve the IPVS generic netlink family: %w", err)
 	}
+	return dialGenl(fd, fam.ID)
+}
+
+// dialGenl opens a client of the family fam (IPVS's, already resolved)
+// on a new socket in the network namespace fd (0: the caller's).
+func dialGenl(fd int, fam uint16) (*genlConn, error) {
 	ns := vnetns.None()
 	if fd != 0 {
 		ns = vnetns.NsHandle(fd)
@@ -66,7 +72,7 @@ func newGenlConn(h *netlink.Handle, fd int) (*genlConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: open generic netlink socket: %w", err)
 	}
-	return onSocket(s, fam.ID)
+	return onSocket(s, fam)
 }
 
 // onSocket returns a client on the generic netlink socket s for family
@@ -297,17 +303,25 @@ func (c *genlConn) services() ([]*ipvs.Service, error) {
 
 // dests dumps the real servers of the virtual server k.
 func (c *genlConn) dests(k vsKey) ([]*ipvs.Destination, error) {
+	var out []*ipvs.Destination
+	err := c.dumpDests(k, func(attrs []attr) {
+		out = append(out, destFromAttrs(attrs, family(k.addr)))
+	})
+	return out, err
+}
+
+// dumpDests dumps the real servers of the virtual server k and calls each
+// with the attributes of every one.
+func (c *genlConn) dumpDests(k vsKey, each func([]attr)) error {
 	seq := c.nextSeq()
 	req, at := beginMsg(nil, c.family, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, seq, cmdGetDest)
 	req = putService(req, k, nil)
 	endMsg(req, at)
-	var out []*ipvs.Destination
-	err := c.dump(req, seq, func(p []byte) error {
-		d, err := decodeDest(p, family(k.addr))
+	return c.dump(req, seq, func(p []byte) error {
+		attrs, err := nested(p, attrDest)
 		if err == nil {
-			out = append(out, d)
+			each(attrs)
 		}
 		return err
 	})
-	return out, err
 }

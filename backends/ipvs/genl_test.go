@@ -206,6 +206,63 @@ func TestDecodeDestFamily(t *testing.T) {
 	}
 }
 
+// TestScheduledConns reads the 64-bit counter when the kernel sends it,
+// the 32-bit one otherwise, and knows when it sends neither.
+func TestScheduledConns(t *testing.T) {
+	pod := netip.MustParseAddrPort("10.244.0.11:8080")
+	stats := func(typ uint16, v uint64, size int) []byte {
+		b, at := beginNest(nil, typ)
+		if size == 8 {
+			b = putU32(b, 11, 0) // IPVS_STATS_ATTR_PAD, as nla_put_u64_64bit aligns
+			b = native.AppendUint64(attrHeader(b, statsConns, 8), v)
+		} else {
+			b = putU32(b, statsConns, uint32(v))
+		}
+		b = putU32(b, 2, 99) // inpkts, ignored
+		endNest(b, at)
+		return b
+	}
+	build := func(parts ...[]byte) []attr {
+		b, at := beginMsg(nil, 0x22, 0, 1, cmdNewDest)
+		b, nest := beginNest(b, attrDest)
+		b = putAddr(b, destAddr, pod.Addr())
+		b = putPort(b, destPort, pod.Port())
+		b = putU32(b, destActive, 4)
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		b = putU16(b, destAF, unix.AF_INET)
+		endNest(b, nest)
+		endMsg(b, at)
+		attrs, err := nested(parseOne(t, b).Data, attrDest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return attrs
+	}
+	for _, c := range []struct {
+		name  string
+		parts [][]byte
+		want  uint64
+		known bool
+	}{
+		{"both", [][]byte{stats(destStats, 7, 4), stats(destStats64, 1<<40, 8)}, 1 << 40, true},
+		{"64-bit only", [][]byte{stats(destStats64, 12, 8)}, 12, true},
+		{"32-bit only", [][]byte{stats(destStats, 7, 4)}, 7, true},
+		{"none", nil, 0, false},
+	} {
+		attrs := build(c.parts...)
+		got, known := scheduledConns(attrs)
+		if got != c.want || known != c.known {
+			t.Errorf("%s: %d %v, want %d %v", c.name, got, known, c.want, c.known)
+		}
+		d := destFromAttrs(attrs, unix.AF_INET)
+		if a, ok := fromDestination(d); !ok || a != pod || d.ActiveConnections != 4 {
+			t.Errorf("%s: destination %s active %d", c.name, a, d.ActiveConnections)
+		}
+	}
+}
+
 // TestWindowEnd bounds each write by count and bytes, never below one
 // request.
 func TestWindowEnd(t *testing.T) {

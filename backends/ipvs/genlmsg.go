@@ -44,7 +44,13 @@ const (
 	destLThresh  = 6
 	destActive   = 7
 	destInactive = 8
+	destStats    = 10 // nested, 32-bit counters
 	destAF       = 11
+	destStats64  = 12 // nested, 64-bit counters (Linux 4.1 on)
+
+	// statsConns is the number of connections scheduled, inside
+	// destStats and destStats64.
+	statsConns = 1
 
 	// fwdMasq is IP_VS_CONN_F_MASQ, the NAT forwarding method.
 	fwdMasq = 0
@@ -330,6 +336,12 @@ func decodeDest(payload []byte, af uint16) (*ipvs.Destination, error) {
 	if err != nil {
 		return nil, err
 	}
+	return destFromAttrs(attrs, af), nil
+}
+
+// destFromAttrs reads one real server from the attributes inside its
+// IPVS_CMD_ATTR_DEST; af as for decodeDest.
+func destFromAttrs(attrs []attr, af uint16) *ipvs.Destination {
 	d := &ipvs.Destination{AddressFamily: af}
 	var addr []byte
 	for _, a := range attrs {
@@ -355,7 +367,48 @@ func decodeDest(payload []byte, af uint16) (*ipvs.Destination, error) {
 		}
 	}
 	d.Address = ipOf(addr, d.AddressFamily)
-	return d, nil
+	return d
+}
+
+// scheduledConns returns the cumulative count of connections scheduled to
+// a real server, from the attributes inside its IPVS_CMD_ATTR_DEST: the
+// 64-bit counter when the kernel sends it, else the 32-bit one; false
+// when it sends neither.
+func scheduledConns(attrs []attr) (uint64, bool) {
+	var conns uint64
+	found := false
+	for _, a := range attrs {
+		switch a.typ {
+		case destStats64:
+			if v, ok := statsConnsOf(a.data, 8); ok {
+				return v, true
+			}
+		case destStats:
+			if v, ok := statsConnsOf(a.data, 4); ok && !found {
+				conns, found = v, true
+			}
+		}
+	}
+	return conns, found
+}
+
+// statsConnsOf returns the connections counter of a nested stats
+// attribute whose counters have size bytes (4 or 8).
+func statsConnsOf(b []byte, size int) (uint64, bool) {
+	stats, err := parseAttrs(b)
+	if err != nil {
+		return 0, false
+	}
+	for _, s := range stats {
+		switch {
+		case s.typ != statsConns || len(s.data) < size:
+		case size == 8:
+			return native.Uint64(s.data), true
+		default:
+			return uint64(native.Uint32(s.data)), true
+		}
+	}
+	return 0, false
 }
 
 // cString returns b up to its first NUL.
