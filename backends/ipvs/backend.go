@@ -57,9 +57,14 @@ type Backend struct {
 	// virtual server it manages.
 	programmed map[vsKey]*virtualServer
 	// services is the state last applied for each plan service, and owner
-	// the service each virtual server belongs to.
+	// the service each virtual server belongs to. services is written
+	// under view as well as mu, and a state in it is replaced, never
+	// changed: Signals reads it under view alone.
 	services map[plan.Key]*serviceState
 	owner    map[vsKey]plan.Key
+	view     sync.RWMutex
+	// signals is Signals' own socket and counters.
+	signals signalReader
 	// marks are the short-circuit marks of the services.
 	marks *marks
 	// addrRefs counts the services using each address on the interface.
@@ -139,11 +144,29 @@ func netlinkHandle(fd int) (*netlink.Handle, error) {
 func (b *Backend) reset() {
 	b.synced = false
 	b.programmed = map[vsKey]*virtualServer{}
-	b.services = map[plan.Key]*serviceState{}
+	b.setServices(map[plan.Key]*serviceState{})
 	b.owner = map[vsKey]plan.Key{}
 	b.marks = newMarks()
 	b.addrRefs = map[netip.Addr]int{}
 	b.nodePorts, b.nodeAddrs = nil, nil
+}
+
+// setServices replaces the state of every service.
+func (b *Backend) setServices(s map[plan.Key]*serviceState) {
+	b.view.Lock()
+	b.services = s
+	b.view.Unlock()
+}
+
+// setService replaces the state of one service (nil: it has none).
+func (b *Backend) setService(key plan.Key, st *serviceState) {
+	b.view.Lock()
+	defer b.view.Unlock()
+	if st == nil {
+		delete(b.services, key)
+	} else {
+		b.services[key] = st
+	}
 }
 
 // Sync makes the kernel match p; see backends.Backend. When the sync
@@ -233,6 +256,7 @@ func (b *Backend) Flavour() string { return b.masq.flavour }
 func (b *Backend) Close() error {
 	close(b.stop)
 	<-b.done
+	b.signals.close()
 	b.ipvs.Close()
 	b.genl.Close()
 	b.sets.Close()

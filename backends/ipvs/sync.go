@@ -117,7 +117,8 @@ func (b *Backend) fullSync(ctx context.Context, p *plan.Plan) error {
 // each virtual server and each interface address, and returns the wanted
 // virtual servers.
 func (b *Backend) desiredAll(p *plan.Plan) map[vsKey]*virtualServer {
-	b.services, b.owner, b.addrRefs = map[plan.Key]*serviceState{}, map[vsKey]plan.Key{}, map[netip.Addr]int{}
+	services := map[plan.Key]*serviceState{}
+	b.owner, b.addrRefs = map[vsKey]plan.Key{}, map[netip.Addr]int{}
 	want := map[vsKey]*virtualServer{}
 	for key := range b.marks.byKey {
 		if p.Services[key] == nil {
@@ -131,12 +132,13 @@ func (b *Backend) desiredAll(p *plan.Plan) map[vsKey]*virtualServer {
 			continue
 		}
 		st.entries = masqEntries(p.Services[key], st)
-		b.services[key] = st
+		services[key] = st
 		maps.Copy(want, st.servers)
 		for _, a := range st.addrs {
 			b.addrRefs[a]++
 		}
 	}
+	b.setServices(services)
 	return want
 }
 
@@ -211,11 +213,7 @@ func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service
 		}
 	}
 	errs = append(errs, b.masq.syncService(old, st))
-	if st == nil {
-		delete(b.services, key)
-	} else {
-		b.services[key] = st
-	}
+	b.setService(key, st)
 	return firstOf(errs)
 }
 
