@@ -82,6 +82,10 @@ func TestPluginErrors(t *testing.T) {
 		{"{name: a, path: 'oci://ghcr.io/acme/a:v1', refreshInterval: 100ms}", []string{`plugins[0].refreshInterval: "100ms"`, "between 1s and 24h, such as 5m"}},
 		{"{name: a, path: 'oci://ghcr.io/acme/a:v1', refreshInterval: often}", []string{`plugins[0].refreshInterval: "often"`}},
 		{"{name: a, path: a.wasm, refreshInterval: 1m}", []string{`plugins[0].refreshInterval: "1m"`, "with an oci:// path only"}},
+		{"{name: a, path: a.wasm, signals: [cpu]}", []string{`plugins[0].signals: "[cpu]"`, "the only one is connections"}},
+		{"{name: a, path: a.wasm, signals: []}", []string{`plugins[0].signals: "[]"`}},
+		{"{name: a, path: a.wasm, interval: 1s}", []string{`plugins[0].interval: "1s"`, "with signals only"}},
+		{"{name: a, path: a.wasm, signals: [connections], interval: 10ms}", []string{`plugins[0].interval: "10ms"`, "between 100ms and 1h0m0s"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.entry, func(t *testing.T) {
@@ -119,6 +123,18 @@ func TestPluginOCI(t *testing.T) {
 		PublicKey: "/etc/weir/cosign.pub", DockerConfig: "/var/run/secrets/weir-registry/.dockerconfigjson",
 		RefreshInterval: 10 * time.Minute,
 	}}
+	if !reflect.DeepEqual(got.Plugins, want) {
+		t.Errorf("plugins\n got %#v\nwant %#v", got.Plugins, want)
+	}
+}
+
+// TestPluginSignals reads a plugin with live signals.
+func TestPluginSignals(t *testing.T) {
+	got, err := load(t, input{yaml: "plugins:\n  - {name: lc, path: lc.wasm, signals: [connections], interval: 500ms}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []hooks.Config{{Name: "lc", Path: "lc.wasm", Signals: []string{hooks.SignalConnections}, Interval: 500 * time.Millisecond}}
 	if !reflect.DeepEqual(got.Plugins, want) {
 		t.Errorf("plugins\n got %#v\nwant %#v", got.Plugins, want)
 	}
