@@ -68,6 +68,15 @@ func TestAssemblyScriptSameZone(t *testing.T) {
 	for round := range 3 {
 		t.Run(fmt.Sprint("round", round), func(t *testing.T) { testSameZone(t, chain, log, round) })
 	}
+	t.Run("Signals", func(t *testing.T) {
+		mixed := zonedService("signals", "true", "zone-2", "zone-1", "zone-3", "zone-1")
+		testWithSignals(t, "as-same-zone", wasm, []*plan.Service{mixed}, func(out []*plan.Service) {
+			want := []plan.Endpoint{mixed.Endpoints[1], mixed.Endpoints[3]}
+			if !slices.Equal(out[0].Endpoints, want) || !sameButEndpoints(out[0], mixed) {
+				t.Errorf("%s: got %v, want only its zone-1 endpoints %v", mixed.Key, out[0], want)
+			}
+		})
+	})
 }
 
 // testSameZone sends one batch and checks which services lost endpoints.

@@ -12,10 +12,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weirproxy/weir/hooks"
+	"github.com/weirproxy/weir/sdk/abi"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/sdk/sdktest"
 )
@@ -45,7 +47,87 @@ func TestRustLocalBoost(t *testing.T) {
 	t.Run("Boost", func(t *testing.T) { testRustBoost(t, wasm) })
 	t.Run("LaterBatch", func(t *testing.T) { testRustLaterBatch(t, wasm) })
 	t.Run("RefusesConfig", func(t *testing.T) { testRustRefusesConfig(t, wasm) })
+	t.Run("Signals", func(t *testing.T) {
+		boosted := withFactor(rustService("web", "node-a", "node-b"), "4")
+		testWithSignals(t, "local-boost", wasm, []*plan.Service{boosted}, func(out []*plan.Service) {
+			checkWeights(t, out[0], boosted, 4, 1)
+		})
+	})
 }
+
+// testWithSignals loads a plugin built on an SDK speaking ABI version 2
+// with signals, so that Weir sends it version 2 batches: the plugin must
+// load, process in's first batch (its signals zero) and, once Poll has
+// read signals for in, process in again with them. check checks both
+// outputs.
+func testWithSignals(t *testing.T, name, wasm string, in []*plan.Service, check func(out []*plan.Service)) {
+	t.Helper()
+	log, calls := &logRecorder{}, &callCounter{}
+	chain, err := hooks.New(t.Context(), []hooks.Config{{
+		Name: name, Path: wasm, Timeout: 5 * time.Second, FailurePolicy: hooks.PolicyClosed,
+		Signals: []string{hooks.SignalConnections},
+	}}, hooks.Options{Log: slog.New(log), Observer: calls})
+	if err != nil {
+		t.Fatalf("loading the plugin with signals: %v\nlog:\n%s", err, log)
+	}
+	t.Cleanup(func() {
+		if err := chain.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	out, err := chain.Apply(t.Context(), rustNode, in, true)
+	if err != nil {
+		t.Fatalf("first Apply: %v\nlog:\n%s", err, log)
+	}
+	check(out)
+	keys, err := chain.Poll(t.Context(), sameSignals{abi.Signals{Active: 7, New: 3}})
+	if err != nil || len(keys) != len(in) {
+		t.Fatalf("Poll: keys %v, %v; want the %d services sent", keys, err, len(in))
+	}
+	before := calls.ok.Load()
+	out, err = chain.Apply(t.Context(), rustNode, in, false)
+	if err != nil {
+		t.Fatalf("Apply after the signals moved: %v\nlog:\n%s", err, log)
+	}
+	if calls.ok.Load() == before {
+		t.Fatal("the plugin was not called again with the signals")
+	}
+	check(out)
+	if n := calls.failed.Load(); n != 0 {
+		t.Errorf("%d calls failed; log:\n%s", n, log)
+	}
+}
+
+// sameSignals is a hooks.SignalSource giving every endpoint the same signals.
+type sameSignals struct{ sig abi.Signals }
+
+// Signals returns s.sig for every endpoint of every service.
+func (s sameSignals) Signals(_ context.Context, services []*plan.Service) ([][]abi.Signals, error) {
+	out := make([][]abi.Signals, len(services))
+	for i, svc := range services {
+		out[i] = make([]abi.Signals, len(svc.Endpoints))
+		for j := range out[i] {
+			out[i][j] = s.sig
+		}
+	}
+	return out, nil
+}
+
+// callCounter is a hooks.Observer counting the plugin calls that
+// succeeded and those that failed.
+type callCounter struct{ ok, failed atomic.Int64 }
+
+// PluginCalled counts one call.
+func (c *callCounter) PluginCalled(_ string, _ time.Duration, err error) {
+	if err != nil {
+		c.failed.Add(1)
+	} else {
+		c.ok.Add(1)
+	}
+}
+
+// PluginQuarantined ignores quarantine changes.
+func (c *callCounter) PluginQuarantined(string, bool) {}
 
 // testRustBoost checks which services the plugin boosts and which it leaves alone.
 func testRustBoost(t *testing.T, wasm string) {
