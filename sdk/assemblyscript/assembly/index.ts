@@ -10,7 +10,7 @@
 // a version 1 batch). Edits move whole records, signals included.
 //
 // A plugin re-exports weir_abi_version, weir_alloc and weir_free from here
-// and defines weir_process with process(); see plugins/as-drain.
+// and defines weir_process with process(); see plugins/as-same-zone.
 
 // The batch header's first word, the bytes "WEIR".
 export const MAGIC: u32 = 0x52494557;
