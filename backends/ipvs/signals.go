@@ -86,7 +86,13 @@ func (b *Backend) Signals(ctx context.Context, services []*plan.Service) ([][]ab
 		return ds, nil
 	})
 	if err != nil {
-		return nil, err // the counters stay as they were: the next call counts from there
+		// The counters stay as they were: the next call counts from
+		// there. A socket that failed mid-dump may hold the rest of the
+		// answer: the next call opens a fresh one.
+		if ctx.Err() == nil {
+			r.drop()
+		}
+		return nil, err
 	}
 	r.counters.store(read)
 	r.counters.sweep(now)
@@ -237,14 +243,19 @@ func (r *signalReader) open(fd int, fam uint16) (*genlConn, error) {
 	return r.conn, nil
 }
 
-// close closes the socket; later Signals calls fail.
-func (r *signalReader) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// drop closes the socket, for the next call to open another.
+func (r *signalReader) drop() {
 	if r.conn != nil {
 		r.conn.Close()
 		r.conn = nil
 	}
+}
+
+// close closes the socket; later Signals calls fail.
+func (r *signalReader) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drop()
 	r.closed = true
 }
 
