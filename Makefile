@@ -119,7 +119,7 @@ IPT_FILES   := $(subst $(space),$(comma),$(IPT_TOOLS) /usr/lib/x86_64-linux-gnu/
 IPVS_MODULES := ip_vs,ip_vs_rr,ip_vs_wrr,ip_vs_lc,ip_vs_wlc,ip_vs_sh,ip_vs_dh,ip_vs_sed,ip_vs_nq,ip_vs_mh,nf_conntrack,dummy,veth,ip_set,ip_set_hash_ipport,ip_set_hash_ipportip,ip_set_hash_ipportnet,xt_set,ip_tables,iptable_nat,iptable_filter,ip6_tables,ip6table_nat,ip6table_filter,nf_tables,nft_compat,nft_chain_nat,nf_nat,xt_mark,xt_conntrack,xt_MASQUERADE,xt_comment,xt_tcpudp
 
 ## test-vm: as root, the backends' kernel tests again inside a VM booting Debian 12's LTS kernel (test/vm; the kernel package is cached in ~/.cache/weir-vm)
-test-vm: vm-tools
+test-vm: vm-tools $(BIN)/plugins/least-conn.wasm
 	@mkdir -p $(BIN)/vm
 	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/vm/nftables.test ./backends/nftables/
 	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/vm/iptables.test ./backends/iptables/
@@ -127,8 +127,11 @@ test-vm: vm-tools
 	$(GO) run ./hack/vmtest --modules $(NFT_MODULES) --host-files $(NFT_FILES) $(BIN)/vm/nftables.test -test.run 'TestKernel|TestConformance' -test.v
 	$(GO) run ./hack/vmtest --timeout 30m --modules $(IPT_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/iptables.test -test.run 'TestKernel|TestConformance' -test.v
 	$(GO) run ./hack/vmtest --timeout 45m --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/ipvs.test -test.run 'TestKernel|TestConformance' -test.v
-# weir sync --once and weir cleanup in mode ipvs end to end; the VM has no Go, so the test binary runs itself as weir
-	CGO_ENABLED=0 $(GO) test -tags vm -c -o $(BIN)/vm/weir.test ./cmd/weir/ && $(GO) run ./hack/vmtest --modules $(IPVS_MODULES) --host-files $(IPT_FILES) $(BIN)/vm/weir.test -test.run 'TestVMIPVS|TestIPVSConfig' -test.v
+# weir sync --once, weir cleanup and weir run with the least-conn plugin in mode ipvs end to end; the VM has no Go, so
+# the test binary runs itself as weir
+	CGO_ENABLED=0 $(GO) test -tags vm -c -o $(BIN)/vm/weir.test ./cmd/weir/ && $(GO) run ./hack/vmtest --modules $(IPVS_MODULES) \
+	  --host-files $(IPT_FILES),$(abspath $(BIN)/plugins/least-conn.wasm) --env CI=true,GO_TEST_LEAST_CONN_WASM=$(abspath $(BIN)/plugins/least-conn.wasm) \
+	  $(BIN)/vm/weir.test -test.run 'TestVMIPVS|TestIPVSConfig' -test.v
 
 ## vm-tools: installs QEMU and a static busybox for the VM tests when missing (Debian)
 vm-tools:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weirproxy/weir/backends/ipvs"
 	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/hooks"
@@ -100,3 +101,6 @@ func closeChain(c *hooks.Chain) {
 		_ = c.Close(context.Background())
 	}
 }
+
+// The IPVS backend is the signal source of mode ipvs.
+var _ hooks.SignalSource = (*ipvs.Backend)(nil)

@@ -153,14 +153,22 @@ type daemon struct {
 func startDaemon(t *testing.T, ns *netns.Namespace, weir string, args ...string) *daemon {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &daemon{out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	// `ip netns exec` execs weir in place, so the process is weir itself
 	// and signals reach it directly.
-	d.cmd = ns.Command(ctx, weir, args...)
-	d.cmd.Env = weirEnv()
+	cmd := ns.Command(ctx, weir, args...)
+	cmd.Env = weirEnv()
+	return superviseDaemon(t, cmd, cancel, cmd.Start, args)
+}
+
+// superviseDaemon starts cmd with start, collects its output and kills it
+// (through cancel, cmd's context) when the test ends, unless it has exited
+// by then.
+func superviseDaemon(t *testing.T, cmd *exec.Cmd, cancel context.CancelFunc, start func() error, args []string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: cmd, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	d.cmd.WaitDelay = 5 * time.Second
-	if err := d.cmd.Start(); err != nil {
+	if err := start(); err != nil {
 		cancel()
 		t.Fatalf("start weir %s: %v", strings.Join(args, " "), err)
 	}

@@ -24,6 +24,9 @@ const (
 	probes    = 60 // new connections measured once the weights moved
 )
 
+// demoNodeManifest is the node the least-conn test's Weir runs on.
+const demoNodeManifest = "apiVersion: v1\nkind: Node\nmetadata: {name: " + demoNode + "}\n"
+
 // greetSpec and greetPorts make the web service forward to greetPort.
 var (
 	greetSpec  = fmt.Sprintf("  type: ClusterIP\n  ports: [{name: http, protocol: TCP, port: 80, targetPort: %d}]\n", greetPort)
@@ -39,12 +42,16 @@ func TestKernelLeastConn(t *testing.T) {
 	weir := buildWeir(t)
 	plugin := buildPlugin(t, "least-conn")
 	for _, mode := range [][]string{{"--mode", "nftables"}, {"--mode", "iptables", "--iptables-backend", "nft"}} {
-		t.Run(mode[1], func(t *testing.T) { leastConn(t, weir, plugin, mode) })
+		t.Run(mode[1], func(t *testing.T) { leastConn(t, weir, plugin, mode, startDaemon) })
 	}
 }
 
-// leastConn is one mode's run of TestKernelLeastConn.
-func leastConn(t *testing.T, weir, plugin string, mode []string) {
+// daemonStarter starts weir with args in a namespace.
+type daemonStarter func(t *testing.T, ns *netns.Namespace, weir string, args ...string) *daemon
+
+// leastConn is one mode's run of TestKernelLeastConn, and of its IPVS
+// twin in the VM.
+func leastConn(t *testing.T, weir, plugin string, mode []string, start daemonStarter) {
 	topo := netns.NewThreePods(t)
 	for _, p := range topo.Pods {
 		g, err := netns.StartGreeter(p, greetPort)
@@ -53,7 +60,10 @@ func leastConn(t *testing.T, weir, plugin string, mode []string) {
 		}
 		t.Cleanup(g.Close)
 	}
-	dir := copyDemo(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "node.yaml"), []byte(demoNodeManifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var eps []string
 	for _, a := range []string{"10.244.0.11", "10.244.0.12", "10.244.0.13"} {
 		eps = append(eps, demoEndpoint(a, demoNode, readyCond))
@@ -63,7 +73,7 @@ func leastConn(t *testing.T, weir, plugin string, mode []string) {
 	}
 	args := append([]string{"run", "--source-path", dir, "--node-name", demoNode, "--config", leastConnConfig(t, plugin),
 		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"}, mode...)
-	d := startDaemon(t, topo.Node, weir, args...)
+	d := start(t, topo.Node, weir, args...)
 	d.waitLog(t, `msg="Synced rules"`, 30*time.Second)
 	vip := netip.MustParseAddrPort("10.96.0.10:80")
 
