@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,7 +30,7 @@ const pluginUsage = "use weir plugin test --plugin X.wasm [--plugin Y.wasm ...] 
 type pluginTest struct {
 	plugins, configs                      []string
 	manifests, nodeName, cacheDir, expect string
-	memoryLimit, policy                   string
+	memoryLimit, policy, signals          string
 	timeout                               time.Duration
 	update                                bool
 }
@@ -88,6 +89,8 @@ func (t *pluginTest) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&t.memoryLimit, "memory-limit", "", "each plugin's memory limit, such as 64Mi (default 64Mi)")
 	fs.StringVar(&t.policy, "failure-policy", string(hooks.PolicyOpen),
 		"open or closed: what the services of a failed plugin get (the command fails either way)")
+	fs.StringVar(&t.signals, "signals", "",
+		"YAML file of live signals by endpoint, such as '10.244.0.11:8080: {active: 12, new: 3}': every plugin gets them (ABI version 2), as weir run's signals: [connections] does")
 	fs.StringVar(&t.expect, "expect", "", "golden file: fail unless the services after the plugins are these")
 	fs.BoolVar(&t.update, "update", false, "write the result to the --expect file instead of comparing")
 }
@@ -113,6 +116,9 @@ func (t pluginTest) chainConfig() ([]hooks.Config, error) {
 		name, path := pluginName(p)
 		cfgs[i] = hooks.Config{Name: name, Path: path, Timeout: t.timeout, MemoryLimit: limit,
 			FailurePolicy: hooks.Policy(t.policy)}
+		if t.signals != "" {
+			cfgs[i].Signals = []string{hooks.SignalConnections}
+		}
 	}
 	if err := t.addConfigs(cfgs); err != nil {
 		return nil, err
@@ -211,7 +217,13 @@ func (t pluginTest) run(stdout io.Writer, log *slog.Logger, cfgs []hooks.Config)
 	if err != nil {
 		return err
 	}
-	res, err := applyChain(ctx, cfgs, hooks.Options{CacheDir: t.cacheDir}, log, planned)
+	var src hooks.SignalSource
+	if t.signals != "" {
+		if src, err = readSignals(t.signals); err != nil {
+			return err
+		}
+	}
+	res, err := applyChain(ctx, cfgs, hooks.Options{CacheDir: t.cacheDir}, log, planned, src)
 	if err != nil {
 		return err
 	}
@@ -252,9 +264,11 @@ type chainResult struct {
 }
 
 // applyChain loads the plugins and runs every service of planned through
-// them once, as a full sync does.
+// them once, as a full sync does; with signals, it then runs the services
+// whose signals are not zero through them again, as weir run does after
+// reading the signals.
 func applyChain(ctx context.Context, cfgs []hooks.Config, opts hooks.Options, log *slog.Logger,
-	planned *plan.Plan) (*chainResult, error) {
+	planned *plan.Plan, signals hooks.SignalSource) (*chainResult, error) {
 	var res chainResult
 	opts.OnChange = func(plugin string, before, after *plan.Service) {
 		res.changes = append(res.changes, change{plugin, before, after})
@@ -274,7 +288,39 @@ func applyChain(ctx context.Context, cfgs []hooks.Config, opts hooks.Options, lo
 	out, err := chain.Apply(ctx, planned.Node, res.in, true)
 	res.out = out
 	res.failures = append(res.failures, pluginFailures(err)...)
+	if signals != nil && err == nil {
+		if err := res.applySignals(ctx, chain, planned.Node, signals); err != nil {
+			return nil, err
+		}
+	}
 	return &res, nil
+}
+
+// applySignals has the chain read signals and runs the services whose
+// signals moved through it again, in place of their first pass.
+func (res *chainResult) applySignals(ctx context.Context, chain *hooks.Chain, node plan.Node, signals hooks.SignalSource) error {
+	keys, err := chain.Poll(ctx, signals)
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	moved := map[plan.Key]bool{}
+	for _, k := range keys {
+		moved[k] = true
+	}
+	res.changes = slices.DeleteFunc(res.changes, func(c change) bool { return moved[c.before.Key] })
+	var idx []int
+	var again []*plan.Service
+	for i, s := range res.in {
+		if moved[s.Key] {
+			idx, again = append(idx, i), append(again, s)
+		}
+	}
+	out, err := chain.Apply(ctx, node, again, false)
+	for j, i := range idx {
+		res.out[i] = out[j]
+	}
+	res.failures = append(res.failures, pluginFailures(err)...)
+	return nil
 }
 
 // beforeAfter renders every service as a unified diff of its plan before

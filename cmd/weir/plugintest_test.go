@@ -238,3 +238,36 @@ func TestPlanMarksPluginFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestPluginTestSignals runs least-conn with a --signals file: the loaded
+// endpoint is weighted down, as weir run would after reading the signals;
+// a malformed file is refused with its name.
+func TestPluginTestSignals(t *testing.T) {
+	dir := copyDemo(t)
+	plugin := buildGuest(t, "../../plugins/least-conn")
+	signals := filepath.Join(t.TempDir(), "signals.yaml")
+	if err := os.WriteFile(signals, []byte("10.244.0.11:8080: {active: 12, new: 3}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := invoke(t, "plugin", "test", "--plugin", plugin, "--manifests", dir, "--node-name", demoNode,
+		"--signals", signals)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	if want := "+  endpoint 10.244.0.11:8080 weight=8 "; !strings.Contains(stdout, want) {
+		t.Errorf("output lacks %q:\n%s", want, stdout)
+	}
+	code, stdout, _ = invoke(t, "plugin", "test", "--plugin", plugin, "--manifests", dir, "--node-name", demoNode)
+	if code != 0 || strings.Contains(stdout, "weight=8") {
+		t.Errorf("without --signals: exit %d, output\n%s\nwant no change", code, stdout)
+	}
+
+	if err := os.WriteFile(signals, []byte("pod-a: {active: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = invoke(t, "plugin", "test", "--plugin", plugin, "--manifests", dir, "--node-name", demoNode,
+		"--signals", signals)
+	if code == 0 || !strings.Contains(stderr, signals+`: "pod-a" is not ADDRESS:PORT`) {
+		t.Errorf("malformed --signals: exit %d, stderr\n%s", code, stderr)
+	}
+}
