@@ -3,7 +3,9 @@ package hooks
 import (
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/weirproxy/weir/sdk/abi"
 	"github.com/weirproxy/weir/sdk/plan"
 	"github.com/weirproxy/weir/sdk/sdktest"
 )
@@ -76,4 +78,39 @@ func addrs(s *plan.Service) []string {
 		out = append(out, e.Address.String())
 	}
 	return out
+}
+
+// TestExampleLeastConn runs plugins/least-conn, built for wasip1, with
+// live signals through the real host: after a reading that finds one
+// endpoint loaded, that endpoint is weighted down; once its load is gone,
+// the plugin's output is the planned service again.
+func TestExampleLeastConn(t *testing.T) {
+	clk := &clock{now: time.Unix(1000, 0)}
+	cfg := Config{Name: "least-conn", Path: guest("least-conn"), Signals: []string{SignalConnections},
+		Interval: time.Second, FailurePolicy: PolicyClosed}
+	c, logs := newChain(t, Options{Now: clk.Now}, cfg)
+	web := svc("shop", "web", 3)
+	in := []*plan.Service{web}
+	if out, err := apply(c, in, true); err != nil || out[0] != web {
+		t.Fatalf("Apply without signals: %v, changed %v\n%s", err, out[0] != web, logs)
+	}
+	src := &fakeSignals{}
+	src.set(web, 0, abi.Signals{Active: 12})
+	if keys := poll(t, c, src); len(keys) != 1 {
+		t.Fatalf("Poll: keys %v", keys)
+	}
+	out, err := apply(c, in, false)
+	if err != nil {
+		t.Fatalf("Apply: %v\n%s", err, logs)
+	}
+	assertSubset(t, in, out)
+	if w := weights(out[0]); !slices.Equal(w, []uint32{8, 100, 100}) {
+		t.Errorf("weights with 12 connections on the first endpoint: %v, want [8 100 100]", w)
+	}
+	src.set(web, 0, abi.Signals{})
+	clk.advance(time.Second)
+	poll(t, c, src)
+	if out, _ := apply(c, in, false); out[0] != web {
+		t.Errorf("without load the output is %v, want the planned service", weights(out[0]))
+	}
 }

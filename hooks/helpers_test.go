@@ -36,6 +36,7 @@ var guestBuilds = []struct{ name, pkg, ldflags string }{
 	{"zone-preference", "../plugins/zone-preference", ""},
 	{"drain", "../plugins/drain", ""},
 	{"affinity", "../plugins/affinity", ""},
+	{"least-conn", "../plugins/least-conn", ""},
 }
 
 func TestMain(m *testing.M) {
