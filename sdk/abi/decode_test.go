@@ -149,11 +149,11 @@ func TestDecodeAllows(t *testing.T) {
 		{"nothing", func(*Batch) {}, nil, nil},
 		{"unread fields", func(b *Batch) {
 			buf := b.Bytes()
-			put16(buf, hFlags, 0)                                   // the Full flag
-			put16(buf, recOf(buf, 1)+14, 7)                         // reserved
+			put16(buf, hFlags, 0)                                                 // the Full flag
+			put16(buf, recOf(buf, 1)+14, 7)                                       // reserved
 			put32(buf, recOf(buf, 1)+shapeOf(rich(), EndpointSize).pairsOff(), 0) // a label's key
-			put32(buf, slotOf(buf, 1, 1)+ePod+4, 2)                 // an endpoint's pod name
-			buf[slotOf(buf, 1, 1)+eNode]++                          // an endpoint's node name
+			put32(buf, slotOf(buf, 1, 1)+ePod+4, 2)                               // an endpoint's pod name
+			buf[slotOf(buf, 1, 1)+eNode]++                                        // an endpoint's node name
 		}, nil, nil},
 		{"reweight", func(b *Batch) { b.Service(1).Endpoint(2).SetWeight(42) }, []int{1}, func(t *testing.T, in, out *plan.Service) {
 			want := slices.Clone(in.Endpoints)

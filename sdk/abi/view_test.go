@@ -167,7 +167,10 @@ func TestParseRejects(t *testing.T) {
 		{"endpoint array overlap", func(b []byte) []byte { put32(b, recOf(b, 1)+sEndpointsOff, 64); return b }, "service 1: endpoint array offset"},
 		{"address count", func(b []byte) []byte { put16(b, recOf(b, 1)+sClusterIPs, 300); return b }, "service 1: endpoint array offset"},
 		{"key string", func(b []byte) []byte { put32(b, recOf(b, 0)+sName, uint32(len(b))); return b }, "key string"},
-		{"label string", func(b []byte) []byte { put32(b, recOf(b, 1)+shapeOf(rich(), EndpointSize).pairsOff()+4, 1<<20); return b }, "label"},
+		{"label string", func(b []byte) []byte {
+			put32(b, recOf(b, 1)+shapeOf(rich(), EndpointSize).pairsOff()+4, 1<<20)
+			return b
+		}, "label"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, buf := batch(t)
