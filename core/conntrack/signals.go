@@ -67,11 +67,13 @@ func endpointAddrs(s *plan.Service) ([]netip.Addr, []int) {
 	}
 	for j := range s.Endpoints {
 		a := s.Endpoints[j].Address.Unmap()
-		k, ok := -1, false
+		var k int
+		var ok bool
 		if seen != nil {
 			k, ok = seen[a]
-		} else if k = slices.Index(addrs, a); k >= 0 {
-			ok = true
+		} else {
+			k = slices.Index(addrs, a)
+			ok = k >= 0
 		}
 		if !ok {
 			k = len(addrs)
