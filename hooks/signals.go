@@ -15,7 +15,9 @@ import (
 // IPVS backend in IPVS mode.
 type SignalSource interface {
 	// Signals returns, for each service, the signals of its endpoints,
-	// aligned with services[i].Endpoints.
+	// aligned with services[i].Endpoints; nil for a service it did not
+	// read (a reading cut short by its time budget), whose previous
+	// reading then stands.
 	Signals(ctx context.Context, services []*plan.Service) ([][]abi.Signals, error)
 }
 
@@ -119,7 +121,7 @@ func (c *Chain) Poll(ctx context.Context, src SignalSource) ([]plan.Key, error) 
 	}
 	byService := make(map[*plan.Service][]abi.Signals, len(services))
 	for i, svc := range services {
-		if i < len(sigs) {
+		if i < len(sigs) && sigs[i] != nil {
 			byService[svc] = sigs[i]
 		}
 	}
@@ -131,7 +133,11 @@ func (c *Chain) Poll(ctx context.Context, src SignalSource) ([]plan.Key, error) 
 		if e, ok := t.s.cache[t.in.Key]; !ok || e.in != t.in {
 			continue // the service changed meanwhile: the sync that changed it sent it
 		}
-		if t.s.sig.update(t.in, byService[t.in]) && !added[t.in.Key] {
+		sig, read := byService[t.in]
+		if !read {
+			continue
+		}
+		if t.s.sig.update(t.in, sig) && !added[t.in.Key] {
 			added[t.in.Key] = true
 			moved = append(moved, t.in.Key)
 		}
@@ -171,7 +177,7 @@ func (c *Chain) targets() ([]target, []*plan.Service) {
 // differs from the previous one.
 func (st *signalState) update(in *plan.Service, sig []abi.Signals) bool {
 	if len(sig) != len(in.Endpoints) {
-		sig = make([]abi.Signals, len(in.Endpoints)) // a source that read nothing for it
+		sig = make([]abi.Signals, len(in.Endpoints)) // a source that broke its contract
 	}
 	prev, ok := st.latest[in.Key]
 	st.latest[in.Key] = reading{in: in, sig: sig}

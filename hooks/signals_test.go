@@ -23,6 +23,7 @@ type fakeSignals struct {
 	reads int
 	asked []plan.Key
 	err   error
+	skip  bool // leave every service unread (nil), as a reading out of budget
 }
 
 func (f *fakeSignals) set(s *plan.Service, i int, sig abi.Signals) {
@@ -45,6 +46,9 @@ func (f *fakeSignals) Signals(_ context.Context, services []*plan.Service) ([][]
 	out := make([][]abi.Signals, len(services))
 	for i, s := range services {
 		f.asked = append(f.asked, s.Key)
+		if f.skip {
+			continue
+		}
 		out[i] = make([]abi.Signals, len(s.Endpoints))
 		for j, e := range s.Endpoints {
 			out[i][j] = f.by[e.AddrPort()]
@@ -168,8 +172,7 @@ func TestChainSignals(t *testing.T) {
 }
 
 // TestChainSignalsFailure: a source that cannot be read is Poll's error and
-// moves nothing; a plugin that fails on a moved service gets its failure
-// policy, and is called again at the next Apply.
+// moves nothing, and a service it leaves unread keeps its last reading.
 func TestChainSignalsFailure(t *testing.T) {
 	clk := &clock{now: time.Unix(1000, 0)}
 	c, _ := newChain(t, Options{Now: clk.Now}, signalPlugin("sig"))
@@ -190,6 +193,21 @@ func TestChainSignalsFailure(t *testing.T) {
 	out, _ := apply(c, []*plan.Service{web}, false)
 	if w := weights(out[0]); !slices.Equal(w, []uint32{1, 5}) {
 		t.Errorf("weights %v, want [1 5]", w)
+	}
+
+	// A service the source left unread keeps its reading: nothing moves,
+	// and the next reading compares with the last one that was made.
+	src.skip = true
+	src.set(web, 1, abi.Signals{})
+	clk.advance(time.Second)
+	if keys := poll(t, c, src); len(keys) != 0 {
+		t.Errorf("Poll of an unread service: keys %v", keys)
+	}
+	src.skip = false
+	src.set(web, 1, abi.Signals{Active: 4})
+	clk.advance(time.Second)
+	if keys := poll(t, c, src); len(keys) != 0 {
+		t.Errorf("Poll of the same signals after an unread one: keys %v", keys)
 	}
 }
 

@@ -37,7 +37,8 @@ func benchLoaded(b, owner *testing.B, p *plan.Plan) *Backend {
 // loaded state (it reads every virtual and real server back and finds
 // nothing to change), "readback" a ReadBack of it, "change" the
 // replacement of one endpoint of one service (a partial sync: one real
-// server added, one drained).
+// server added, one drained), "signals" a reading of every service's live
+// signals.
 func BenchmarkSync10k(b *testing.B) {
 	ctx := context.Background()
 	b.Run("initial", func(b *testing.B) {
@@ -118,6 +119,22 @@ func BenchmarkSync10k(b *testing.B) {
 		b.ResetTimer()
 		for i := range b.N {
 			change(netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}))
+		}
+	})	// "signals" reads the live signals of every service, as weir run
+	// does each interval for a plugin with signals matching all of them:
+	// one dump of real servers per virtual server.
+	b.Run("signals", func(b *testing.B) {
+		be := loaded(b)
+		services := make([]*plan.Service, 0, len(p.Services))
+		for _, s := range p.Services {
+			services = append(services, s)
+		}
+		b.ResetTimer()
+		for range b.N {
+			sigs, err := be.Signals(ctx, services)
+			if err != nil || len(sigs) != len(services) {
+				b.Fatalf("Signals: %d services, %v", len(sigs), err)
+			}
 		}
 	})
 }

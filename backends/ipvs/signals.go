@@ -29,6 +29,10 @@ const (
 	// signalSweepEvery is how often the counters are swept of those
 	// older than signalRetention.
 	signalSweepEvery = time.Minute
+	// signalBudget bounds one Signals call, as conntrack.DefaultMaxTime
+	// bounds a reading of the conntrack table: the services not begun
+	// when it is spent are left unread (nil), for a later call.
+	signalBudget = 500 * time.Millisecond
 )
 
 // Signals returns, for each service, the live signals of its endpoints,
@@ -60,7 +64,9 @@ const (
 // An endpoint listed twice gets its signals at its first position only.
 // The cost is one generic netlink dump per virtual server of the services
 // asked (each read once per call, however many services share it), no
-// more. Signals is safe to call from any goroutine, alongside Sync: it
+// more, and at most signalBudget: the services not begun by then get nil,
+// which hooks.Chain.Poll takes as not read (their counters stay, so the
+// next reading of them counts New from their last one). Signals is safe to call from any goroutine, alongside Sync: it
 // reads the services' virtual servers under a lock of their own that a
 // sync holds only to store a service's new state, and the kernel through
 // a socket of its own; concurrent Signals calls take turns. The counters
@@ -75,8 +81,10 @@ func (b *Backend) Signals(ctx context.Context, services []*plan.Service) ([][]ab
 		return nil, err
 	}
 	now := b.now()
+	start := time.Now()
+	spent := func() bool { return time.Since(start) > signalBudget }
 	read := map[vsKey]*serverCounts{}
-	out, err := signalsOf(ctx, services, keys, func(k vsKey) ([]destSignals, error) {
+	out, err := signalsOf(ctx, services, keys, spent, func(k vsKey) ([]destSignals, error) {
 		counts, err := readCounts(c, k)
 		if err != nil {
 			return nil, err
@@ -101,12 +109,14 @@ func (b *Backend) Signals(ctx context.Context, services []*plan.Service) ([][]ab
 
 // signalsOf returns the signals of services' endpoints, keys[i] being the
 // virtual servers of services[i], from read, which it calls once per
-// virtual server, checking ctx before each call.
-func signalsOf(ctx context.Context, services []*plan.Service, keys [][]vsKey, read func(vsKey) ([]destSignals, error)) ([][]abi.Signals, error) {
+// virtual server, checking ctx before each call. Once spent reports the
+// budget spent, the services not begun are left nil.
+func signalsOf(ctx context.Context, services []*plan.Service, keys [][]vsKey, spent func() bool,
+	read func(vsKey) ([]destSignals, error)) ([][]abi.Signals, error) {
 	readings := map[vsKey][]destSignals{}
 	out := make([][]abi.Signals, len(services))
 	for i, svc := range services {
-		if svc == nil {
+		if svc == nil || spent() {
 			continue
 		}
 		out[i] = make([]abi.Signals, len(svc.Endpoints))

@@ -134,7 +134,7 @@ func TestSignalsOfSumsPerEndpoint(t *testing.T) {
 	udp := service("dns", plan.UDP, 53, 0, nil, ep("10.244.0.11", 53, 1))
 	services := []*plan.Service{web, nil, udp, web}
 	keys := [][]vsKey{{nodePort, sigVS}, nil, {dns}, {sigVS, nodePort}}
-	got, err := signalsOf(context.Background(), services, keys, read)
+	got, err := signalsOf(context.Background(), services, keys, never, read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,19 +157,40 @@ func TestSignalsOfSumsPerEndpoint(t *testing.T) {
 func TestSignalsOfStops(t *testing.T) {
 	web := service("web", plan.TCP, 80, 0, nil, ep("10.244.0.11", 8080, 1))
 	boom := errors.New("boom")
-	_, err := signalsOf(context.Background(), []*plan.Service{web}, [][]vsKey{{sigVS}},
+	_, err := signalsOf(context.Background(), []*plan.Service{web}, [][]vsKey{{sigVS}}, never,
 		func(vsKey) ([]destSignals, error) { return nil, boom })
 	if !errors.Is(err, boom) {
 		t.Errorf("read error: got %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = signalsOf(ctx, []*plan.Service{web}, [][]vsKey{{sigVS}}, func(vsKey) ([]destSignals, error) {
+	_, err = signalsOf(ctx, []*plan.Service{web}, [][]vsKey{{sigVS}}, never, func(vsKey) ([]destSignals, error) {
 		t.Error("read after ctx was done")
 		return nil, nil
 	})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("done ctx: got %v", err)
+	}
+}
+
+// never is a budget that is never spent.
+func never() bool { return false }
+
+// TestSignalsOfBudget leaves the services not begun when the budget is
+// spent unread (nil), and finishes the one under way.
+func TestSignalsOfBudget(t *testing.T) {
+	web := service("web", plan.TCP, 80, 30080, nil, ep("10.244.0.11", 8080, 1))
+	dns := service("dns", plan.UDP, 53, 0, nil, ep("10.244.0.11", 53, 1))
+	nodePort := vsKey{addr: netip.MustParseAddr("172.30.0.1"), proto: plan.TCP, port: 30080}
+	dnsVS := vsKey{addr: netip.MustParseAddr("10.96.0.10"), proto: plan.UDP, port: 53}
+	reads := 0
+	got, err := signalsOf(context.Background(), []*plan.Service{web, dns}, [][]vsKey{{sigVS, nodePort}, {dnsVS}},
+		func() bool { return reads > 0 }, func(vsKey) ([]destSignals, error) {
+			reads++
+			return nil, nil
+		})
+	if err != nil || got[0] == nil || got[1] != nil || reads != 2 {
+		t.Errorf("got %v after %d reads (%v); want web read through its two virtual servers, dns left nil", got, reads, err)
 	}
 }
 
