@@ -120,7 +120,8 @@ func BenchmarkSync10k(b *testing.B) {
 		for i := range b.N {
 			change(netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}))
 		}
-	}) // "signals" reads the live signals of every service, as weir run
+	})
+	// "signals" reads the live signals of every service, as weir run
 	// does each interval for a plugin with signals matching all of them:
 	// one dump of real servers per virtual server.
 	b.Run("signals", func(b *testing.B) {
