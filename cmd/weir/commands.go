@@ -236,7 +236,7 @@ func runDaemon(env *environment) error {
 		dbg.chain.Store(chain)
 		go watchPlugins(ctx, env, chain, reloaded, p)
 		if chain.SignalInterval() > 0 {
-			go pollSignals(ctx, env, chain, signalSource(be, ct), p)
+			go pollSignals(ctx, env, chain, signalSource(be, ct), p, m)
 		}
 	}
 	env.log.Info("Starting Weir", "version", version, "mode", env.cfg.Mode, "node", env.cfg.NodeName,

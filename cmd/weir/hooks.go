@@ -49,7 +49,8 @@ func watchPlugins(ctx context.Context, env *environment, chain *hooks.Chain, rel
 // signals of the services they saw, and has the proxy run the services
 // whose signals moved through the plugins again, until ctx is done. A read
 // that fails is logged when it starts failing and when it recovers.
-func pollSignals(ctx context.Context, env *environment, chain *hooks.Chain, src hooks.SignalSource, p *proxy.Proxy) {
+func pollSignals(ctx context.Context, env *environment, chain *hooks.Chain, src hooks.SignalSource, p *proxy.Proxy,
+	rec signalRecorder) {
 	t := time.NewTicker(chain.SignalInterval())
 	defer t.Stop()
 	failing := false
@@ -59,7 +60,11 @@ func pollSignals(ctx context.Context, env *environment, chain *hooks.Chain, src 
 			return
 		case <-t.C:
 		}
+		start := time.Now()
 		keys, err := chain.Poll(ctx, src)
+		if ctx.Err() == nil {
+			rec.SignalsRead(time.Since(start), len(keys), err)
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
@@ -78,6 +83,12 @@ func pollSignals(ctx context.Context, env *environment, chain *hooks.Chain, src 
 			p.Touch(keys...)
 		}
 	}
+}
+
+// signalRecorder records the readings of the live signals;
+// *metrics.Metrics is one.
+type signalRecorder interface {
+	SignalsRead(took time.Duration, moved int, err error)
 }
 
 // signalSource is where the plugins' live signals come from: IPVS's own

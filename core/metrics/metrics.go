@@ -68,6 +68,9 @@ type Metrics struct {
 	pluginDuration              *prometheus.HistogramVec // by plugin
 	pluginQuarantined           *prometheus.GaugeVec     // by plugin
 	pluginPullFailures          *prometheus.CounterVec   // by plugin
+	signalsDuration             prometheus.Histogram
+	signalsFailures             prometheus.Counter
+	signalsMoved                prometheus.Counter
 }
 
 // syncBuckets is kube-proxy's layout for sync durations, also its
@@ -173,6 +176,15 @@ func (m *Metrics) newWeirMetrics() {
 	m.pluginQuarantined = m.gaugeVec("weir", "plugin_quarantined", "1 while a hook plugin is quarantined after repeated failures, else 0", "plugin")
 	m.pluginPullFailures = m.counterVec("weir", "plugin_pull_failures_total",
 		"Cumulative failed resolves or pulls of an oci:// hook plugin; the loaded version keeps serving", "plugin")
+	m.signalsDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Subsystem: "weir", Name: "signals_read_duration_seconds",
+		Help: "Duration of one reading of the live signals of the hook plugins that want them", Buckets: pluginBuckets,
+	})
+	m.reg.MustRegister(m.signalsDuration)
+	m.signalsFailures = m.counter("weir", "signals_read_failures_total",
+		"Cumulative failed readings of the plugins' live signals; the weights stay as they are")
+	m.signalsMoved = m.counter("weir", "signals_moved_services_total",
+		"Cumulative services whose live signals moved, sent to their plugins again")
 }
 
 // The registration helpers put every metric in a subsystem: kubeproxy for
@@ -298,6 +310,17 @@ func (m *Metrics) PluginCalled(plugin string, took time.Duration, err error) {
 // (hooks.RegistryObserver).
 func (m *Metrics) PluginPullFailed(plugin string, _ error) {
 	m.pluginPullFailures.WithLabelValues(plugin).Inc()
+}
+
+// SignalsRead records one reading of the plugins' live signals: how long
+// it took, how many services' signals moved, and whether it failed.
+func (m *Metrics) SignalsRead(took time.Duration, moved int, err error) {
+	m.signalsDuration.Observe(took.Seconds())
+	if err != nil {
+		m.signalsFailures.Inc()
+		return
+	}
+	m.signalsMoved.Add(float64(moved))
 }
 
 // PluginQuarantined records that a plugin entered or left quarantine.

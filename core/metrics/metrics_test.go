@@ -56,6 +56,9 @@ var commonFamilies = map[string]string{
 	"weir_plugin_call_duration_seconds":                        "HISTOGRAM plugin",
 	"weir_plugin_quarantined":                                  "GAUGE plugin",
 	"weir_plugin_pull_failures_total":                          "COUNTER plugin",
+	"weir_signals_read_duration_seconds":                       "HISTOGRAM",
+	"weir_signals_read_failures_total":                         "COUNTER",
+	"weir_signals_moved_services_total":                        "COUNTER",
 	"go_goroutines":                                            "GAUGE",
 }
 
