@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -186,11 +187,16 @@ func initScript(o Options) string {
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /tmp
-ip link set lo up
-depmod
 `)
+	for _, dir := range []string{"/run", "/tmp"} {
+		// A host file under the directory (a checkout in /tmp) must stay
+		// visible: the directory then stays on the initramfs's root file
+		// system, writable too, instead of a fresh tmpfs hiding it.
+		if !slices.ContainsFunc(o.HostFiles, func(f string) bool { return strings.HasPrefix(f, dir+"/") }) {
+			fmt.Fprintf(&b, "mount -t tmpfs tmpfs %s\n", dir)
+		}
+	}
+	b.WriteString("ip link set lo up\ndepmod\n")
 	for _, m := range o.Modules {
 		fmt.Fprintf(&b, "modprobe %s || echo 'weir-vm: modprobe %s failed'\n", shellQuote(m), m)
 	}

@@ -75,6 +75,20 @@ func TestInitScriptQuotes(t *testing.T) {
 	}
 }
 
+// TestInitScriptKeepsHostFilesVisible: a fresh tmpfs goes over /tmp and
+// /run unless a host file lives there (a checkout in /tmp), which it would
+// hide.
+func TestInitScriptKeepsHostFilesVisible(t *testing.T) {
+	s := initScript(Options{})
+	if !strings.Contains(s, "mount -t tmpfs tmpfs /tmp\n") || !strings.Contains(s, "mount -t tmpfs tmpfs /run\n") {
+		t.Errorf("without host files there, /tmp and /run are not tmpfs:\n%s", s)
+	}
+	s = initScript(Options{HostFiles: []string{"/usr/sbin/ip", "/tmp/ci/bin/plugins/p.wasm"}})
+	if strings.Contains(s, "tmpfs /tmp") || !strings.Contains(s, "mount -t tmpfs tmpfs /run\n") {
+		t.Errorf("with a host file in /tmp, /tmp is mounted over or /run is not:\n%s", s)
+	}
+}
+
 func TestScanConsole(t *testing.T) {
 	var out bytes.Buffer
 	code, found := scanConsole(strings.NewReader("boot\r\nok 1\r\n"+exitMarker+"3\r\n[ 9.5] reboot: Power down\r\n"), &out)
