@@ -4,13 +4,9 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/weirproxy/weir/plugins/internal/trafficset"
 	"github.com/weirproxy/weir/sdk/abi"
 )
-
-// A service's endpoints fall into up to four disjoint traffic sets, each
-// balanced on its own by the backends: IPv4 and IPv6, each for cluster
-// traffic or (when not also for cluster traffic) for local traffic only.
-const numSets = 4
 
 // approxScale is the total weight, per percent, of an approximate split.
 const approxScale = 10000
@@ -28,32 +24,13 @@ type tally struct {
 	approx bool
 }
 
-// setOf returns the traffic set of an endpoint, or -1 when it carries no
-// traffic (weight 0, or for neither policy).
-func setOf(e abi.Endpoint) int {
-	if e.Weight() == 0 {
-		return -1
-	}
-	i := 0
-	if !e.Address().Is4() {
-		i = 2
-	}
-	switch {
-	case e.ForCluster():
-		return i
-	case e.ForLocal():
-		return i + 1
-	}
-	return -1
-}
-
 // apply re-weights s's endpoints according to sp, set by set.
 func apply(s abi.Service, sp *split) {
-	var t [numSets]tally
-	var used [numSets]bool
+	var t [trafficset.Count]tally
+	var used [trafficset.Count]bool
 	for i := range s.Len() {
 		e := s.Endpoint(i)
-		if k := setOf(e); k >= 0 {
+		if k := trafficset.Of(e); k >= 0 {
 			t[k].add(sp.groupOf(e.Pod()), uint64(e.Weight()))
 		}
 	}
@@ -62,7 +39,7 @@ func apply(s abi.Service, sp *split) {
 	}
 	for i := range s.Len() {
 		e := s.Endpoint(i)
-		if k := setOf(e); k >= 0 && used[k] {
+		if k := trafficset.Of(e); k >= 0 && used[k] {
 			e.SetWeight(t[k].weight(sp.groupOf(e.Pod()), uint64(e.Weight())))
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"strconv"
 
+	"github.com/weirproxy/weir/plugins/internal/trafficset"
 	"github.com/weirproxy/weir/sdk/abi"
 	"github.com/weirproxy/weir/sdk/guest"
 )
@@ -69,30 +70,6 @@ func process(b *abi.Batch) error {
 	return nil
 }
 
-// A service's endpoints fall into up to four disjoint traffic sets, each
-// balanced on its own by the backends: IPv4 and IPv6, each for cluster
-// traffic or (when not also for cluster traffic) for local traffic only.
-const numSets = 4
-
-// setOf returns the traffic set of an endpoint, or -1 when it carries no
-// traffic (weight 0, or for neither policy) and is left alone.
-func setOf(e abi.Endpoint) int {
-	if e.Weight() == 0 {
-		return -1
-	}
-	i := 0
-	if !e.Address().Is4() {
-		i = 2
-	}
-	switch {
-	case e.ForCluster():
-		return i
-	case e.ForLocal():
-		return i + 1
-	}
-	return -1
-}
-
 // tally is what reweight learns of one traffic set.
 type tally struct {
 	// least is the smallest active count in the set, once seen is true.
@@ -117,7 +94,7 @@ var sets []int8
 // 1 + its active connections (counted as the set's least when within
 // minActive of it). A set whose loads are all equal keeps its weights.
 func reweight(s abi.Service, c config) {
-	var t [numSets]tally
+	var t [trafficset.Count]tally
 	n := s.Len()
 	if cap(sets) < n {
 		sets = make([]int8, n)
@@ -125,7 +102,7 @@ func reweight(s abi.Service, c config) {
 	sets = sets[:n]
 	for i := range n {
 		e := s.Endpoint(i)
-		k := setOf(e)
+		k := trafficset.Of(e)
 		sets[i] = int8(k)
 		if k >= 0 {
 			a := e.Active()
