@@ -65,13 +65,7 @@ func active(s *plan.Service, counts ...uint32) map[netip.AddrPort]abi.Signals {
 func TestReweight(t *testing.T) {
 	a, b, c, d := ep("10.0.0.1"), ep("10.0.0.2"), ep("10.0.0.3"), ep("10.0.0.4")
 	v6a, v6b := ep("fd00::1"), ep("fd00::2")
-	tests := []struct {
-		name   string
-		config string
-		in     *plan.Service
-		active []uint32
-		want   []uint32 // nil: unchanged
-	}{
+	tests := []reweightCase{
 		// 100 × 1/11 = 9.09.
 		{"held connections move weight away", "", service(a, b, c), []uint32{10, 0, 0}, []uint32{9, 100, 100}},
 		{"inverse to the load", "", service(a, b, c, d), []uint32{0, 1, 3, 99}, []uint32{100, 50, 25, 1}},
@@ -97,6 +91,22 @@ func TestReweight(t *testing.T) {
 		{"minActive counts larger ones", `{"minActive":5}`, service(a, b, c), []uint32{14, 10, 15}, []uint32{100, 100, 69}},
 		{"minActive 1 is every difference", `{"minActive":1}`, service(a, b), []uint32{1, 0}, []uint32{50, 100}},
 	}
+	runCases(t, tests)
+}
+
+// reweightCase is one service run with active connections per endpoint.
+type reweightCase struct {
+	name   string
+	config string
+	in     *plan.Service
+	active []uint32
+	want   []uint32 // nil: unchanged
+}
+
+// runCases runs each case and checks the weights it gives, in the
+// endpoints' own order, or that the service comes back unchanged.
+func runCases(t *testing.T, tests []reweightCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out, err := sdktest.RunSignals(plugin, tt.config, node, active(tt.in, tt.active...), tt.in)
@@ -164,13 +174,7 @@ func TestServices(t *testing.T) {
 func TestExtremes(t *testing.T) {
 	const m = math.MaxUint32
 	a, b, c := ep("10.0.0.1"), ep("10.0.0.2"), ep("10.0.0.3")
-	tests := []struct {
-		name   string
-		config string
-		in     *plan.Service
-		active []uint32
-		want   []uint32
-	}{
+	tests := []reweightCase{
 		{"most active", "", service(a, b), []uint32{m, 0}, []uint32{1, 100}},
 		{"most active, heaviest", "", service(weighted(a, m), b), []uint32{m, 0}, []uint32{100, 100}},
 		{"heaviest idle", "", service(weighted(a, m), b), []uint32{0, m}, []uint32{100, 1}},
@@ -180,23 +184,7 @@ func TestExtremes(t *testing.T) {
 		{"minActive at the top", `{"minActive":4294967295}`, service(a, b), []uint32{m, 0}, []uint32{1, 100}},
 		{"minActive above every difference", `{"minActive":4294967295}`, service(a, b), []uint32{m - 1, 0}, nil},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out, err := sdktest.RunSignals(plugin, tt.config, node, active(tt.in, tt.active...), tt.in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tt.want == nil {
-				if out[0] != tt.in {
-					t.Fatalf("service changed: %v", weights(out[0]))
-				}
-				return
-			}
-			if got := weights(out[0]); !slices.Equal(got, tt.want) {
-				t.Fatalf("weights %v, want %v", got, tt.want)
-			}
-		})
-	}
+	runCases(t, tests)
 }
 
 // TestProperties runs random services and checks what holds for every
