@@ -248,12 +248,9 @@ func TestChainMatchAnnotations(t *testing.T) {
 // TestQuarantine follows a plugin that keeps failing into quarantine, through
 // a failed and a good trial call, on an injected clock.
 func TestQuarantine(t *testing.T) {
-	var mu sync.Mutex
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
+	clk := &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	obs := &recorder{}
-	c, logs := newChain(t, Options{Now: clock, Observer: obs}, Config{Name: "flaky", Path: guest("hostile"),
+	c, logs := newChain(t, Options{Now: clk.Now, Observer: obs}, Config{Name: "flaky", Path: guest("hostile"),
 		Config: map[string]any{"mode": "fail"}, FailurePolicy: PolicyClosed})
 	alpha := svc("default", "alpha", 2)
 	good, err := apply(c, []*plan.Service{alpha}, true)
@@ -281,18 +278,18 @@ func TestQuarantine(t *testing.T) {
 		}
 	}
 	until := func(d time.Duration) string {
-		return "quarantined until " + clock().Add(d).Format(time.RFC3339)
+		return "quarantined until " + clk.Now().Add(d).Format(time.RFC3339)
 	}
 	for range 3 {
 		step(bad, true, "refusing the batch on purpose")
 	}
 	step(bad, false, until(10*time.Second))
-	advance(10 * time.Second)
+	clk.advance(10 * time.Second)
 	step(bad, true, "refusing") // the failed trial doubles the backoff
 	step(bad, false, until(20*time.Second))
-	advance(19 * time.Second)
+	clk.advance(19 * time.Second)
 	step(bad, false, "quarantined")
-	advance(time.Second)
+	clk.advance(time.Second)
 	step(with(alpha, "round", "2"), true, "")
 	step(bad, true, "refusing") // one failure after recovering is not a quarantine
 	step(bad, true, "refusing")

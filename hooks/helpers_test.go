@@ -259,3 +259,23 @@ func weights(s *plan.Service) []uint32 {
 	}
 	return w
 }
+
+// clock is a clock a test moves by hand, for quarantines and signal
+// intervals; the chain reads it from its workers too.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// Now returns the clock's time.
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}

@@ -57,24 +57,6 @@ func (f *fakeSignals) Signals(_ context.Context, services []*plan.Service) ([][]
 	return out, nil
 }
 
-// clock is a settable clock for the chain's signal intervals.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 func signalPlugin(name string) Config {
 	return Config{Name: name, Path: guest("signals"), Signals: []string{SignalConnections}, Interval: time.Second,
 		Match: Match{Namespaces: []string{"load"}}}
