@@ -61,26 +61,30 @@ func (st *signalState) forget(k plan.Key) {
 	}
 }
 
-// of returns the signals of svc's endpoints from k's latest reading: as
-// read when it was read for svc itself, else matched by address and port
-// (zero for endpoints the reading did not cover).
+// of returns the signals of svc's endpoints from its latest reading; nil
+// when there is none.
 func (st *signalState) of(svc *plan.Service) []abi.Signals {
 	r, ok := st.latest[svc.Key]
 	if !ok {
 		return nil
 	}
+	return r.signalsFor(svc)
+}
+
+// signalsFor returns r's signals laid out for svc's endpoints: as read
+// when r was read for svc itself, else matched by address and port (zero
+// for endpoints the reading did not cover).
+func (r reading) signalsFor(svc *plan.Service) []abi.Signals {
 	if r.in == svc {
 		return r.sig
 	}
 	by := make(map[netip.AddrPort]abi.Signals, len(r.sig))
 	for i, s := range r.sig {
-		e := &r.in.Endpoints[i]
-		by[netip.AddrPortFrom(e.Address, e.Port)] = s
+		by[r.in.Endpoints[i].AddrPort()] = s
 	}
 	out := make([]abi.Signals, len(svc.Endpoints))
 	for i := range svc.Endpoints {
-		e := &svc.Endpoints[i]
-		out[i] = by[netip.AddrPortFrom(e.Address, e.Port)]
+		out[i] = by[svc.Endpoints[i].AddrPort()]
 	}
 	return out
 }
@@ -189,12 +193,6 @@ func (st *signalState) update(in *plan.Service, sig []abi.Signals) bool {
 	}
 	st.moved[in.Key] = true
 	return true
-}
-
-// signalsFor returns r's signals laid out for svc's endpoints.
-func (r reading) signalsFor(svc *plan.Service) []abi.Signals {
-	st := signalState{latest: map[plan.Key]reading{svc.Key: r}}
-	return st.of(svc)
 }
 
 func allZero(sig []abi.Signals) bool {
