@@ -9,6 +9,7 @@ import (
 	"github.com/weirproxy/weir/core/conntrack"
 	"github.com/weirproxy/weir/core/proxy"
 	"github.com/weirproxy/weir/hooks"
+	"github.com/weirproxy/weir/sdk/abi"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -53,6 +54,7 @@ func pollSignals(ctx context.Context, env *environment, chain *hooks.Chain, src 
 	rec signalRecorder) {
 	t := time.NewTicker(chain.SignalInterval())
 	defer t.Stop()
+	src = recordedSource{SignalSource: src, rec: rec}
 	failing := false
 	for {
 		select {
@@ -60,11 +62,7 @@ func pollSignals(ctx context.Context, env *environment, chain *hooks.Chain, src 
 			return
 		case <-t.C:
 		}
-		start := time.Now()
 		keys, err := chain.Poll(ctx, src)
-		if ctx.Err() == nil {
-			rec.SignalsRead(time.Since(start), len(keys), err)
-		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
@@ -80,15 +78,35 @@ func pollSignals(ctx context.Context, env *environment, chain *hooks.Chain, src 
 		}
 		if len(keys) > 0 {
 			env.log.Debug("Live signals moved", "services", len(keys))
+			rec.SignalsMoved(len(keys))
 			p.Touch(keys...)
 		}
 	}
 }
 
-// signalRecorder records the readings of the live signals;
-// *metrics.Metrics is one.
+// signalRecorder records the readings of the live signals and the
+// services whose signals moved; *metrics.Metrics is one.
 type signalRecorder interface {
-	SignalsRead(took time.Duration, moved int, err error)
+	SignalsRead(took time.Duration, err error)
+	SignalsMoved(services int)
+}
+
+// recordedSource records each reading of its SignalSource: only the ticks
+// on which a plugin was due read it.
+type recordedSource struct {
+	hooks.SignalSource
+	rec signalRecorder
+}
+
+// Signals reads the wrapped source and records how long it took and
+// whether it failed, unless ctx ended it.
+func (s recordedSource) Signals(ctx context.Context, services []*plan.Service) ([][]abi.Signals, error) {
+	start := time.Now()
+	sigs, err := s.SignalSource.Signals(ctx, services)
+	if ctx.Err() == nil {
+		s.rec.SignalsRead(time.Since(start), err)
+	}
+	return sigs, err
 }
 
 // signalSource is where the plugins' live signals come from: IPVS's own

@@ -313,14 +313,18 @@ func (m *Metrics) PluginPullFailed(plugin string, _ error) {
 }
 
 // SignalsRead records one reading of the plugins' live signals: how long
-// it took, how many services' signals moved, and whether it failed.
-func (m *Metrics) SignalsRead(took time.Duration, moved int, err error) {
+// it took and whether it failed.
+func (m *Metrics) SignalsRead(took time.Duration, err error) {
 	m.signalsDuration.Observe(took.Seconds())
 	if err != nil {
 		m.signalsFailures.Inc()
-		return
 	}
-	m.signalsMoved.Add(float64(moved))
+}
+
+// SignalsMoved counts the services whose live signals moved, which the
+// next sync sends to their plugins again.
+func (m *Metrics) SignalsMoved(services int) {
+	m.signalsMoved.Add(float64(services))
 }
 
 // PluginQuarantined records that a plugin entered or left quarantine.
