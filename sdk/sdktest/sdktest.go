@@ -55,11 +55,11 @@ func capture(p guest.Plugin, config string, node plan.Node, signals map[netip.Ad
 	}
 	Locate(node, services...)
 	var enc abi.Encoder
-	version := abi.Version1
-	in := enc.Encode(node, services, true)
+	version, in := abi.Version1, []byte(nil)
 	if signals != nil {
-		version = abi.Version2
-		in = enc.EncodeSignals(node, services, true, signalsOf(services, signals))
+		version, in = abi.Version2, enc.EncodeSignals(node, services, true, signalsOf(services, signals))
+	} else {
+		in = enc.Encode(node, services, true)
 	}
 	lines, err := captureStderr(func(w io.Writer) error {
 		if st := guest.Configure(p, []byte(config), w); st != abi.StatusOK {
