@@ -1,18 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/weirproxy/weir/hooks"
-	"github.com/weirproxy/weir/sdk/abi"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -162,44 +157,4 @@ func changedLines(a, b []string) string {
 		}
 	}
 	return strings.TrimSuffix(s.String(), "\n")
-}
-
-// fileSignals are the live signals of a --signals file, by endpoint.
-type fileSignals map[netip.AddrPort]abi.Signals
-
-// readSignals reads a --signals file: a YAML mapping of ADDRESS:PORT to
-// {active: N, new: N}.
-func readSignals(path string) (fileSignals, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var raw map[string]struct {
-		Active uint32 `json:"active"`
-		New    uint32 `json:"new"`
-	}
-	if err := yaml.UnmarshalStrict(data, &raw); err != nil {
-		return nil, fmt.Errorf("%s: %w (want ADDRESS:PORT: {active: N, new: N} lines)", path, err)
-	}
-	out := fileSignals{}
-	for k, v := range raw {
-		ap, err := netip.ParseAddrPort(k)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %q is not ADDRESS:PORT: %w", path, k, err)
-		}
-		out[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = abi.Signals{Active: v.Active, New: v.New}
-	}
-	return out, nil
-}
-
-// Signals gives every endpoint the signals of its address and port.
-func (f fileSignals) Signals(_ context.Context, services []*plan.Service) ([][]abi.Signals, error) {
-	out := make([][]abi.Signals, len(services))
-	for i, s := range services {
-		out[i] = make([]abi.Signals, len(s.Endpoints))
-		for j, e := range s.Endpoints {
-			out[i][j] = f[netip.AddrPortFrom(e.Address.Unmap(), e.Port)]
-		}
-	}
-	return out, nil
 }
