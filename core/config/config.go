@@ -50,10 +50,15 @@ type Config struct {
 	LocalDetector LocalDetectorConfig
 	// MasqueradeAll masquerades (SNATs) all traffic sent to a service IP.
 	MasqueradeAll bool
-	// LocalhostNodePorts accepts NodePort connections to 127.0.0.1 (IPv4),
-	// which needs net.ipv4.conf.all.route_localnet=1.
+	// LocalhostNodePorts accepts NodePort connections to 127.0.0.1 (IPv4)
+	// when NodePortAddresses is every local address, which needs
+	// net.ipv4.conf.all.route_localnet=1. Unset, it follows the mode as
+	// kube-proxy's does: on in modes iptables and ipvs (which ignores it),
+	// off in mode nftables.
 	LocalhostNodePorts bool
-	// NodePortAddresses selects the node addresses that accept NodePort traffic.
+	// NodePortAddresses selects the node addresses that accept NodePort
+	// traffic. Unset, it follows the mode as kube-proxy's does: the
+	// primary IPs in mode nftables, every local address in the others.
 	NodePortAddresses NodePortAddresses
 	// NodePortRange is the range node ports (and health check node ports)
 	// must lie in, the API server's --service-node-port-range; ports
@@ -98,6 +103,9 @@ type Config struct {
 	// Warnings name the fields of a KubeProxyConfiguration file that Weir
 	// read but ignores, each with the reason, for the caller to log.
 	Warnings []string
+	// Ineffective names the settings given explicitly that have no effect
+	// with the defaults of the mode, each "key: why", for the caller to log.
+	Ineffective []string
 	// pluginEntries holds the plugins list as written, until decodePlugins
 	// validates it into Plugins.
 	pluginEntries []map[string]any
@@ -122,13 +130,26 @@ type SourceConfig struct {
 
 // NodePortAddresses selects which of the node's addresses accept NodePort traffic.
 //
-// The zero value (Primary false, CIDRs nil) means every local address.
+// The zero value (Primary false, CIDRs nil) means every local address, the
+// keyword all.
 type NodePortAddresses struct {
 	// Primary restricts NodePorts to the node's primary IPs, as listed in
 	// its Node object.
 	Primary bool
 	// CIDRs restricts NodePorts to the local addresses inside these ranges.
 	CIDRs []netip.Prefix
+}
+
+// String returns the value as nodePortAddresses takes it: "primary", "all"
+// or comma-separated CIDRs.
+func (a NodePortAddresses) String() string {
+	switch {
+	case a.Primary:
+		return nodePortsPrimary
+	case len(a.CIDRs) == 0:
+		return nodePortsAll
+	}
+	return strings.Join(prefixStrings(a.CIDRs), ",")
 }
 
 // PortRange is an inclusive range of ports.
@@ -218,11 +239,14 @@ type IPVSConfig struct {
 
 // Default returns the configuration Weir uses when nothing is set.
 //
+// Its NodePortAddresses and LocalhostNodePorts are those of mode nftables;
+// Load gives a configuration that sets another mode that mode's defaults.
+//
 // NodeName defaults to the host name in lower case, like kube-proxy's
 // --hostname-override; it is empty if the host name cannot be read, which
 // Load then reports as an error.
 func Default() *Config {
-	return &Config{
+	c := &Config{
 		Mode:               "nftables",
 		NodeName:           defaultNodeName(),
 		Source:             SourceConfig{Kind: "files", Path: "/etc/weir/manifests"},
@@ -236,11 +260,13 @@ func Default() *Config {
 		IPVS:               IPVSConfig{Scheduler: "rr", GracePeriod: 15 * time.Minute, Interface: "weir-ipvs0"},
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
 		LocalDetector:      LocalDetectorConfig{Mode: backends.DetectClusterCIDR},
-		LocalhostNodePorts: true,
 		NodePortRange:      PortRange{First: 30000, Last: 32767},
 		Conntrack: ConntrackConfig{MaxPerCore: 32768, Min: 131072,
 			TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour},
 	}
+	defaultNodePortAddresses(c)
+	defaultLocalhostNodePorts(c)
+	return c
 }
 
 func defaultNodeName() string {

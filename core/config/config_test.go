@@ -73,7 +73,8 @@ func TestDefault(t *testing.T) {
 		IPVS:               IPVSConfig{Scheduler: "rr", GracePeriod: 15 * time.Minute, Interface: "weir-ipvs0"},
 		Hooks:              HooksConfig{CacheDir: "/var/lib/weir/cache"},
 		LocalDetector:      LocalDetectorConfig{Mode: backends.DetectClusterCIDR},
-		LocalhostNodePorts: true,
+		LocalhostNodePorts: false,
+		NodePortAddresses:  NodePortAddresses{Primary: true},
 		NodePortRange:      PortRange{First: 30000, Last: 32767},
 		Conntrack: ConntrackConfig{MaxPerCore: 32768, Min: 131072,
 			TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour},
@@ -92,6 +93,14 @@ func TestDefault(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("Load(nil, nil) = %+v, %v; want %+v", got, err, want)
 	}
+}
+
+// setMode sets c's mode and the defaults that follow it, as Load does for
+// a mode some layer sets.
+func setMode(c *Config, mode string) {
+	c.Mode = mode
+	defaultNodePortAddresses(c)
+	defaultLocalhostNodePorts(c)
 }
 
 func TestNames(t *testing.T) {
@@ -169,34 +178,34 @@ func TestPrecedence(t *testing.T) {
 	}{
 		{"file overrides default",
 			input{yaml: "mode: iptables\n"},
-			func(c *Config) { c.Mode = "iptables" }},
+			func(c *Config) { setMode(c, "iptables") }},
 		{"environment overrides file",
 			input{yaml: "mode: iptables\nsyncPeriod: 10s\n", env: []string{"WEIR_MODE=ipvs"}},
-			func(c *Config) { c.Mode = "ipvs"; c.SyncPeriod = 10 * time.Second }},
+			func(c *Config) { setMode(c, "ipvs"); c.SyncPeriod = 10 * time.Second }},
 		{"flag overrides environment",
 			input{yaml: "mode: iptables\n", env: []string{"WEIR_MODE=ipvs"}, args: []string{"--mode=nftables"}},
-			func(c *Config) { c.Mode = "nftables" }},
+			func(c *Config) { setMode(c, "nftables") }},
 		{"flag overrides file",
 			input{yaml: "log: {level: warn}\n", args: []string{"--log-level", "debug"}},
 			func(c *Config) { c.Log.Level = "debug" }},
 		{"unset flag does not override environment",
 			input{env: []string{"WEIR_MODE=ipvs"}, args: []string{"--sync-period=10s"}},
-			func(c *Config) { c.Mode = "ipvs"; c.SyncPeriod = 10 * time.Second }},
+			func(c *Config) { setMode(c, "ipvs"); c.SyncPeriod = 10 * time.Second }},
 		{"unset flag does not override file",
 			input{yaml: "mode: ipvs\nmasqueradeAll: true\n"},
-			func(c *Config) { c.Mode = "ipvs"; c.MasqueradeAll = true }},
+			func(c *Config) { setMode(c, "ipvs"); c.MasqueradeAll = true }},
 		{"nested keys merge across layers",
 			input{yaml: "source:\n  kind: kubernetes\n", env: []string{"WEIR_SOURCE_PATH=/srv/m"}, args: []string{"--kubeconfig=/k"}},
 			func(c *Config) { c.Source = SourceConfig{Kind: "kubernetes", Path: "/srv/m", Kubeconfig: "/k"} }},
 		{"last duplicate variable wins",
 			input{env: []string{"WEIR_MODE=iptables", "WEIR_MODE=ipvs"}},
-			func(c *Config) { c.Mode = "ipvs" }},
+			func(c *Config) { setMode(c, "ipvs") }},
 		{"environment can empty a file's list",
 			input{yaml: "clusterCIDRs: [10.0.0.0/8]\n", env: []string{"WEIR_CLUSTER_CIDRS="}},
 			func(c *Config) {}},
 		{"--config wins over WEIR_CONFIG",
 			input{yaml: "mode: ipvs\n", env: []string{"WEIR_CONFIG=" + missing}},
-			func(c *Config) { c.Mode = "ipvs" }},
+			func(c *Config) { setMode(c, "ipvs") }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -269,7 +278,9 @@ func TestValues(t *testing.T) {
 			func(c *Config) { c.NodePortRange = PortRange{First: 30080, Last: 30080} }},
 		{"nodePortAddresses CIDRs from flag",
 			input{args: []string{"--node-port-addresses=192.168.0.0/16,fd00::/64"}},
-			func(c *Config) { c.NodePortAddresses.CIDRs = prefixes(t, "192.168.0.0/16", "fd00::/64") }},
+			func(c *Config) {
+				c.NodePortAddresses = NodePortAddresses{CIDRs: prefixes(t, "192.168.0.0/16", "fd00::/64")}
+			}},
 		{"bare bool flag",
 			input{args: []string{"--masquerade-all"}},
 			func(c *Config) { c.MasqueradeAll = true }},
@@ -291,7 +302,7 @@ func TestValues(t *testing.T) {
 		{"ipvs from YAML",
 			input{yaml: "mode: ipvs\nipvs:\n  scheduler: mh\n  strictARP: true\n  gracePeriod: 90s\n  interface: kube-ipvs0\n"},
 			func(c *Config) {
-				c.Mode = "ipvs"
+				setMode(c, "ipvs")
 				c.IPVS = IPVSConfig{Scheduler: "mh", StrictARP: true, GracePeriod: 90 * time.Second, Interface: "kube-ipvs0"}
 			}},
 		{"ipvs from environment and flags",

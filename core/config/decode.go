@@ -24,7 +24,9 @@ const (
 	allowedKubeconfig  = "a file path, or an empty string for the in-cluster service account"
 	allowedNodeName    = "a lower-case DNS name of at most 253 characters, such as node-1 or node-1.example.com"
 	allowedCIDRs       = "CIDRs such as 10.0.0.0/8 or fd00::/48, as a YAML list or comma-separated"
-	allowedNodePorts   = "the single word primary on its own, or CIDRs such as 192.168.0.0/16 or fd00::/64, as a YAML list or comma-separated"
+	allowedNodePorts   = "the single word primary or all on its own, or CIDRs such as 192.168.0.0/16 or fd00::/64, as a YAML list or comma-separated"
+	allowedNoLocalhost = allowedNodePorts + "; localhost is not supported: Weir serves node ports on 127.0.0.1 only together with every local address, " +
+		"with nodePortAddresses [all] and localhostNodePorts true (IPv4)"
 	allowedBool        = "true or false"
 	allowedPortRange   = "two ports FIRST-LAST with 1 <= FIRST <= LAST <= 65535, such as 30000-32767"
 	allowedIfPrefix    = "an interface name prefix of 1 to 14 characters without spaces or slashes, such as veth or cali"
@@ -287,24 +289,47 @@ func cidrsKey(dst func(*Config) *[]netip.Prefix) func(*Config, any) *bad {
 	}
 }
 
+// The keywords nodePortAddresses takes besides CIDRs, as kube-proxy's
+// --nodeport-addresses does.
+const (
+	nodePortsPrimary   = "primary"
+	nodePortsAll       = "all"
+	nodePortsLocalhost = "localhost"
+)
+
+// getNodePortAddresses renders the value so that it loads back as itself:
+// every local address is the keyword all, since an empty list takes the
+// mode's default.
 func getNodePortAddresses(c *Config) any {
-	if c.NodePortAddresses.Primary {
-		return []string{"primary"}
+	switch {
+	case c.NodePortAddresses.Primary:
+		return []string{nodePortsPrimary}
+	case len(c.NodePortAddresses.CIDRs) == 0:
+		return []string{nodePortsAll}
 	}
 	return prefixStrings(c.NodePortAddresses.CIDRs)
 }
 
+// setNodePortAddresses accepts the keyword primary or all on its own, or
+// CIDRs. kube-proxy's localhost keyword is refused by name: Weir serves
+// node ports on loopback only alongside every local address, with
+// localhostNodePorts.
 func setNodePortAddresses(c *Config, raw any) *bad {
 	items, ok := list(raw)
 	if !ok {
 		return &bad{show(raw), allowedNodePorts}
 	}
-	if slices.Contains(items, "primary") {
-		if len(items) > 1 {
-			return &bad{show(raw), allowedNodePorts}
-		}
+	switch {
+	case slices.Contains(items, nodePortsLocalhost):
+		return &bad{show(raw), allowedNoLocalhost}
+	case len(items) == 1 && items[0] == nodePortsPrimary:
 		c.NodePortAddresses = NodePortAddresses{Primary: true}
 		return nil
+	case len(items) == 1 && items[0] == nodePortsAll:
+		c.NodePortAddresses = NodePortAddresses{}
+		return nil
+	case slices.Contains(items, nodePortsPrimary) || slices.Contains(items, nodePortsAll):
+		return &bad{show(raw), allowedNodePorts}
 	}
 	ps, item, ok := parsePrefixes(items)
 	if !ok {
@@ -312,6 +337,30 @@ func setNodePortAddresses(c *Config, raw any) *bad {
 	}
 	c.NodePortAddresses = NodePortAddresses{CIDRs: ps}
 	return nil
+}
+
+// defaultNodePortAddresses sets kube-proxy's default for c.Mode: the
+// node's primary IPs in mode nftables, every local address in modes
+// iptables and ipvs.
+func defaultNodePortAddresses(c *Config) {
+	c.NodePortAddresses = NodePortAddresses{Primary: c.Mode == "nftables"}
+}
+
+// defaultLocalhostNodePorts sets kube-proxy's default for c.Mode: on in
+// mode iptables (and in mode ipvs, which ignores it), off in mode
+// nftables, whose kube-proxy never serves node ports on loopback.
+func defaultLocalhostNodePorts(c *Config) {
+	c.LocalhostNodePorts = c.Mode != "nftables"
+}
+
+// isUnset reports whether raw, the merged value of f, leaves f at its
+// mode's default: no layer set it, or f is a list set to an empty list.
+func isUnset(f *field, raw any) bool {
+	if raw == nil {
+		return true
+	}
+	items, ok := list(raw)
+	return f.typ == "cidrs" && ok && len(items) == 0
 }
 
 // setPortRange accepts "FIRST-LAST", as the API server's

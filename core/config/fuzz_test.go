@@ -28,6 +28,7 @@ func FuzzLoad(f *testing.F) {
 		"localDetector: {mode: InterfaceNamePrefix, interfaceNamePrefix: veth}\n", "localDetector: {mode: InterfaceNamePrefix}\n",
 		"nodeName: Node-1.Example.com\nsource: {kind: kubernetes, kubeconfig: ''}\n",
 		"nodePortAddresses: [primary]\nclusterCIDRs: 10.0.0.1/8,fd00::/48\nnodePortRange: 30000-32767\n",
+		"mode: iptables\nnodePortAddresses: all\nlocalhostNodePorts: false\n", "localhostNodePorts: true\nnodePortAddresses: []\n",
 		"plugins:\n- name: canary\n  path: /p/canary.wasm\n  timeout: 50ms\n  memoryLimit: 16Mi\n  match: {namespaces: [shop], selector: app=web}\n",
 		"plugins:\n- {name: a, path: x}\n- {name: a, path: y, sha256: 0000}\n",
 		"conntrack: {maxPerCore: 0, min: 1, tcpEstablishedTimeout: 0}\nipvs: {scheduler: mh, interface: weir-ipvs0}\n",
@@ -69,6 +70,7 @@ func FuzzKubeProxy(f *testing.F) {
 		"conntrack: {maxPerCore: 0, min: null, udpTimeout: 30s}\nnftables: {syncPeriod: 1s, minSyncPeriod: 2s, masqueradeBit: 13}\n",
 		"mode: nftables\nnftables: {syncPeriod: 1s, minSyncPeriod: 2s}\nhostnameOverride: node_1\n",
 		"clientConnection: {qps: 5}\nenableProfiling: true\nconfigSyncPeriod: 15m0s\n",
+		"mode: nftables\nnodePortAddresses: [all]\niptables: {localhostNodePorts: true}\n", "nodePortAddresses: [localhost, 127.0.0.0/8]\n",
 	} {
 		f.Add([]byte(head + s))
 	}
@@ -145,6 +147,7 @@ func checkLoaded(t *testing.T, c *Config) {
 		t.Fatalf("the loaded configuration fails to load again: %v", joinErrors(errs))
 	}
 	again.Warnings = c.Warnings
+	again.Ineffective = c.Ineffective // every key is explicit in the reload
 	if !sameConfig(again, c) {
 		t.Fatalf("the loaded configuration\n%#v loads again as\n%#v", c, again)
 	}

@@ -23,6 +23,11 @@ type field struct {
 	usage string                  // one line for --help
 	get   func(*Config) any       // the raw form of c's value, for the defaults layer
 	set   func(*Config, any) *bad // decodes and validates a raw value into c
+	// byMode, when set, makes the key's default depend on the mode: the
+	// defaults layer leaves the key out, and when no layer sets it (or a
+	// list key is set to an empty list) decode calls byMode once the mode
+	// is known.
+	byMode func(*Config)
 }
 
 const (
@@ -73,13 +78,15 @@ var fields = []field{
 		get:   func(c *Config) any { return c.MasqueradeAll },
 		set:   boolKey(func(c *Config) *bool { return &c.MasqueradeAll })},
 	{key: "localhostNodePorts", flag: "localhost-node-ports", typ: "bool", env: true,
-		usage: "accept NodePort connections to 127.0.0.1 (sets net.ipv4.conf.all.route_localnet=1)",
-		get:   func(c *Config) any { return c.LocalhostNodePorts },
-		set:   boolKey(func(c *Config) *bool { return &c.LocalhostNodePorts })},
+		usage:  "with nodePortAddresses all, also accept NodePort connections to 127.0.0.1 (sets net.ipv4.conf.all.route_localnet=1); default true in modes iptables and ipvs (which ignores it), false in mode nftables",
+		get:    func(c *Config) any { return c.LocalhostNodePorts },
+		set:    boolKey(func(c *Config) *bool { return &c.LocalhostNodePorts }),
+		byMode: defaultLocalhostNodePorts},
 	{key: "nodePortAddresses", flag: "node-port-addresses", typ: "cidrs", env: true,
-		usage: "comma-separated CIDRs, or \"primary\", selecting the node addresses that accept NodePorts; empty means all",
-		get:   getNodePortAddresses,
-		set:   setNodePortAddresses},
+		usage:  "the node addresses that accept NodePorts: primary, all, or comma-separated CIDRs; default primary in mode nftables, all in modes iptables and ipvs",
+		get:    getNodePortAddresses,
+		set:    setNodePortAddresses,
+		byMode: defaultNodePortAddresses},
 	{key: "nodePortRange", flag: "node-port-range", typ: "range", env: true,
 		usage: "the API server's service-node-port-range: node ports outside it are skipped with a warning",
 		get:   func(c *Config) any { return c.NodePortRange.String() },
@@ -258,7 +265,10 @@ func RegisterFlags(fs *pflag.FlagSet) {
 		if f.flag == "" {
 			continue
 		}
-		v := &rawValue{text: show(f.get(def)), typ: f.typ, list: f.typ == "cidrs"}
+		v := &rawValue{typ: f.typ, list: f.typ == "cidrs"}
+		if f.byMode == nil {
+			v.text = show(f.get(def)) // a default that depends on the mode is in the usage
+		}
 		usage := f.usage + " (env " + envName(f.key) + ")"
 		fs.VarPF(v, f.flag, "", usage)
 	}

@@ -191,7 +191,7 @@ func (k *kubeProxy) convertAddresses() {
 	if k.get("bindAddressHardFail") == true {
 		k.warn("bindAddressHardFail", "ignored: Weir always fails when it cannot serve a bind address")
 	}
-	k.setIf("nodePortAddresses", "nodePortAddresses")
+	k.convertNodePorts()
 	k.setIf("enableProfiling", "enableProfiling")
 	switch m := k.str("detectLocalMode"); {
 	case m == "":
@@ -204,6 +204,35 @@ func (k *kubeProxy) convertAddresses() {
 	k.setIf("detectLocal.interfaceNamePrefix", "localDetector.interfaceNamePrefix")
 	if !zero(k.get("detectLocal.bridgeInterface")) {
 		k.refuse("detectLocal.bridgeInterface", "local detection by bridge interface is not implemented by Weir")
+	}
+}
+
+// convertNodePorts writes out, explicitly, where kube-proxy serves node
+// ports in its mode, so the result does not rest on Weir's defaults:
+// nodePortAddresses as given (its keywords are Weir's too), or when unset
+// kube-proxy's default for the mode (primary in nftables, all
+// elsewhere); and localhostNodePorts, which kube-proxy applies in
+// iptables mode only (default true) and never does in nftables mode.
+func (k *kubeProxy) convertNodePorts() {
+	if v := k.get("nodePortAddresses"); !zero(v) {
+		k.set("nodePortAddresses", v)
+	} else if k.mode != "" {
+		def := &Config{Mode: k.mode}
+		defaultNodePortAddresses(def)
+		k.set("nodePortAddresses", getNodePortAddresses(def))
+	}
+	v := k.get("iptables.localhostNodePorts")
+	switch k.mode {
+	case "iptables":
+		if v == nil {
+			v = true
+		}
+		k.set("localhostNodePorts", v)
+	case "nftables":
+		k.set("localhostNodePorts", false)
+	}
+	if k.mode != "iptables" && k.mode != "" && !zero(v) {
+		k.warn("iptables.localhostNodePorts", "ignored: kube-proxy applies it in iptables mode only")
 	}
 }
 
@@ -239,9 +268,6 @@ func (k *kubeProxy) convertModeSections() {
 		if v := k.get(s + ".masqueradeBit"); !zero(v) && fmt.Sprint(v) != "14" && (s == masq || s == k.mode) {
 			k.refuse(s+".masqueradeBit", fmt.Sprintf("%v: Weir marks packets for masquerade with bit 14 (0x4000) only", v))
 		}
-	}
-	if v := k.get("iptables.localhostNodePorts"); v != nil {
-		k.set("localhostNodePorts", v)
 	}
 	k.setIf("ipvs.scheduler", "ipvs.scheduler")
 	k.setIf("ipvs.strictARP", "ipvs.strictARP")

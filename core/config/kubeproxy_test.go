@@ -77,7 +77,8 @@ logging: {format: json, verbosity: 4}
 		"nodePortAddresses":  c.NodePortAddresses.Primary,
 		"localDetector":      c.LocalDetector == LocalDetectorConfig{Mode: backends.DetectInterfaceNamePrefix, InterfaceNamePrefix: "veth"},
 		"masqueradeAll":      c.MasqueradeAll,
-		"localhostNodePorts": !c.LocalhostNodePorts,
+		// kube-proxy ignores iptables.localhostNodePorts in ipvs mode.
+		"localhostNodePorts": c.LocalhostNodePorts,
 		"ipvs sync periods":  c.SyncPeriod == 45*time.Second && c.MinSyncPeriod == 2*time.Second,
 		"ipvs.scheduler":     c.IPVS.Scheduler == "wrr" && c.IPVS.StrictARP,
 		"conntrack":          c.Conntrack.MaxPerCore == 0 && c.Conntrack.Min == 131072 && c.Conntrack.TCPBeLiberal && c.Conntrack.UDPTimeout == 30*time.Second,

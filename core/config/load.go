@@ -57,7 +57,7 @@ func (l *loader) loadDefaults() error {
 	def := Default()
 	mp := map[string]any{}
 	for i := range fields {
-		if v := fields[i].get(def); v != nil {
+		if v := fields[i].get(def); v != nil && fields[i].byMode == nil {
 			mp[fields[i].key] = v
 		}
 	}
@@ -185,16 +185,16 @@ func (l *loader) loadFlags(flags *pflag.FlagSet) error {
 }
 
 // decode validates every key of the merged configuration into a Config,
-// recording one error per bad key.
+// recording one error per bad key. Keys whose default depends on the mode
+// and that no layer set get the default of the mode the layers chose.
 func (l *loader) decode() *Config {
 	c := &Config{}
-	failed := map[string]bool{}
-	for i := range fields {
-		f := &fields[i]
-		if b := f.set(c, l.k.Get(f.key)); b != nil {
-			failed[f.key] = true
-			l.errs = append(l.errs, l.valueError(f.key, b))
+	failed, unset := l.decodeKeys(c)
+	if !failed["mode"] {
+		for _, f := range unset {
+			f.byMode(c)
 		}
+		c.Ineffective = ineffective(c, unset)
 	}
 	if !failed["syncPeriod"] && !failed["minSyncPeriod"] && c.MinSyncPeriod > c.SyncPeriod {
 		allowed := fmt.Sprintf("a duration no longer than syncPeriod (%s, from %s)",
@@ -209,6 +209,37 @@ func (l *loader) decode() *Config {
 			&bad{"", fmt.Sprintf("%s (localDetector.mode is %s)", allowedIfPrefix, backends.DetectInterfaceNamePrefix)}))
 	}
 	return c
+}
+
+// decodeKeys sets every key some layer set, and returns the keys that
+// failed and those left to their mode's default.
+func (l *loader) decodeKeys(c *Config) (failed map[string]bool, unset []*field) {
+	failed = map[string]bool{}
+	for i := range fields {
+		f := &fields[i]
+		raw := l.k.Get(f.key)
+		if f.byMode != nil && isUnset(f, raw) {
+			unset = append(unset, f)
+			continue
+		}
+		if b := f.set(c, raw); b != nil {
+			failed[f.key] = true
+			l.errs = append(l.errs, l.valueError(f.key, b))
+		}
+	}
+	return failed, unset
+}
+
+// ineffective names the settings given explicitly that the mode's
+// defaults of the unset keys make ineffective: localhostNodePorts on in
+// mode nftables, where node ports default to the primary IPs.
+func ineffective(c *Config, unset []*field) []string {
+	defaulted := slices.ContainsFunc(unset, func(f *field) bool { return f.key == "nodePortAddresses" })
+	if !defaulted || !c.LocalhostNodePorts || !c.NodePortAddresses.Primary {
+		return nil
+	}
+	return []string{"localhostNodePorts: true has no effect, since nodePortAddresses is unset and defaults to primary in mode " +
+		c.Mode + "; set nodePortAddresses to [all] to serve node ports on 127.0.0.1 and every local address"}
 }
 
 func (l *loader) valueError(key string, b *bad) *Error {
