@@ -64,6 +64,9 @@ func setup(cmd *command, args []string, stdout, stderr io.Writer) (*environment,
 	for _, w := range cfg.Warnings {
 		log.Warn("Ignoring a KubeProxyConfiguration field", "field", w)
 	}
+	for _, w := range cfg.Ineffective {
+		log.Warn("A setting has no effect", "setting", w)
+	}
 	return &environment{cfg: cfg, log: log, flags: fs, stdout: stdout}, nil
 }
 
@@ -240,7 +243,8 @@ func runDaemon(env *environment) error {
 		}
 	}
 	env.log.Info("Starting Weir", "version", version, "mode", env.cfg.Mode, "node", env.cfg.NodeName,
-		"source", env.cfg.Source.Kind, "path", env.cfg.Source.Path, "plugins", len(env.cfg.Plugins))
+		"source", env.cfg.Source.Kind, "path", env.cfg.Source.Path, "plugins", len(env.cfg.Plugins),
+		"nodePortAddresses", env.cfg.NodePortAddresses.String(), "localhostNodePorts", env.cfg.LocalhostNodePorts)
 	if err := kernelver.Supported(); err != nil {
 		env.log.Warn("This kernel is not one Weir supports; it may refuse or mis-handle rules", "error", err,
 			"minimum", kernelver.Minimum)
