@@ -9,8 +9,9 @@ import (
 
 // TestConfigConvert converts the KubeProxyConfiguration of kubeadm's
 // kube-proxy ConfigMap: the Weir YAML names kube-proxy's mode, kubeconfig,
-// clusterCIDR and where its iptables mode serves node ports, and weir plan accepts it as its --config. A field Weir
-// does not implement exits 2 naming it.
+// clusterCIDR and where its iptables mode serves node ports, and weir plan
+// accepts it as its --config. A field Weir does not implement exits 2
+// naming it.
 func TestConfigConvert(t *testing.T) {
 	kubeadm := filepath.Join("..", "..", "core", "config", "testdata", "kubeadm-kube-proxy.conf")
 	code, stdout, stderr := invoke(t, "config", "convert", kubeadm)
