@@ -2,20 +2,12 @@ package compare
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net/http"
 	"net/netip"
-	"os"
-	"os/exec"
-	"slices"
-	"strings"
-	"syscall"
 	"time"
 
-	"github.com/weirproxy/weir/internal/syncbuf"
 	"github.com/weirproxy/weir/test/kubeproxy"
 	"github.com/weirproxy/weir/test/netns"
+	"github.com/weirproxy/weir/test/weirrun"
 )
 
 // proxy is a running kube-proxy or Weir, seen the same way: its process,
@@ -54,7 +46,11 @@ func startProxy(t Target, bins Config, node *netns.Namespace, dir string, s sett
 		}
 		return p, p.Started, nil
 	}
-	return startWeir(node, bins.Weir, weirArgs(t, s))
+	w, err := weirrun.Start(node, bins.Weir, weirArgs(t, s)...)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return w, w.Started, nil
 }
 
 // weirArgs are the `weir run` arguments equal to kube-proxy's
@@ -70,71 +66,4 @@ func weirArgs(t Target, s settings) []string {
 		args = append(args, "--iptables-backend", f)
 	}
 	return args
-}
-
-// weirProcess is `weir run` in a node namespace.
-type weirProcess struct {
-	cmd  *exec.Cmd
-	out  *syncbuf.Buffer
-	http *http.Client
-	done chan struct{}
-	err  error
-}
-
-// startWeir runs the weir binary with args in node, without WEIR_*
-// variables; it dies with this process's thread (Pdeathsig).
-func startWeir(node *netns.Namespace, bin string, args []string) (*weirProcess, time.Time, error) {
-	w := &weirProcess{out: &syncbuf.Buffer{}, http: node.HTTPClient(3 * time.Second), done: make(chan struct{})}
-	w.cmd = node.Command(context.Background(), bin, args...)
-	w.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "WEIR_") })
-	w.cmd.Stdout, w.cmd.Stderr = w.out, w.out
-	// A group of its own, as kube-proxy gets one (kubeproxy.Start), so
-	// that Stop ends what it started too.
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	started := time.Now()
-	if err := w.cmd.Start(); err != nil {
-		return nil, started, fmt.Errorf("start weir run: %w", err)
-	}
-	go func() {
-		w.err = w.cmd.Wait()
-		close(w.done)
-	}()
-	return w, started, nil
-}
-
-func (w *weirProcess) PID() int { return w.cmd.Process.Pid }
-
-func (w *weirProcess) Scrape(ctx context.Context) (kubeproxy.Snapshot, error) {
-	return kubeproxy.ScrapeURL(ctx, w.http, "http://"+kubeproxy.MetricsAddress+"/metrics")
-}
-
-func (w *weirProcess) Done() <-chan struct{} { return w.done }
-
-func (w *weirProcess) Err() error { return w.err }
-
-func (w *weirProcess) Log() string { return w.out.String() }
-
-// Stop sends SIGTERM to Weir's process group and waits for Weir's exit,
-// killing the group after 10 s, and then whatever of it remains; Weir
-// leaves its rules in place, as kube-proxy does.
-func (w *weirProcess) Stop() error {
-	select {
-	case <-w.done:
-		return fmt.Errorf("weir had already exited: %w", orNone(w.err, "exit status 0"))
-	default:
-	}
-	pgid := w.cmd.Process.Pid
-	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil {
-		return err
-	}
-	var err error
-	select {
-	case <-w.done:
-		err = w.err
-	case <-time.After(10 * time.Second):
-		err = errors.New("weir did not exit within 10 s of SIGTERM")
-	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL) // ESRCH: nothing of the group is left
-	<-w.done
-	return err
 }

@@ -157,12 +157,27 @@ func (s Snapshot) same(o Snapshot) bool {
 // far apart must agree.
 const settlePoll = 20 * time.Millisecond
 
+// Proxy is a running proxy whose kube-proxy metrics can be read:
+// kube-proxy's Process, or Weir's (test/weirrun).
+type Proxy interface {
+	// Scrape reads the proxy's sync metrics.
+	Scrape(ctx context.Context) (Snapshot, error)
+	// Done is closed once the process has exited; Err then says how.
+	Done() <-chan struct{}
+	Err() error
+}
+
 // WaitSettled waits until kube-proxy has received the changes made since
-// mark was scraped and committed them: see Snapshot.settled, true in two
-// readings settlePoll apart that show the same syncs (a sync asked for
-// between the two would show). It fails when ctx ends first or kube-proxy
-// exits.
+// mark was scraped and committed them (see WaitSettled).
 func (p *Process) WaitSettled(ctx context.Context, mark Snapshot, want Changes) error {
+	return WaitSettled(ctx, p, mark, want)
+}
+
+// WaitSettled waits until p has received the changes made since mark was
+// scraped and committed them: see Snapshot.settled, true in two readings
+// settlePoll apart that show the same syncs (a sync asked for between the
+// two would show). It fails when ctx ends first or p exits.
+func WaitSettled(ctx context.Context, p Proxy, mark Snapshot, want Changes) error {
 	var prev Snapshot
 	var last error
 	for {
@@ -177,10 +192,10 @@ func (p *Process) WaitSettled(ctx context.Context, mark Snapshot, want Changes) 
 		}
 		prev = s
 		select {
-		case <-p.done:
-			return fmt.Errorf("kube-proxy exited: %w", p.waitErr)
+		case <-p.Done():
+			return fmt.Errorf("the proxy exited: %w", p.Err())
 		case <-ctx.Done():
-			return fmt.Errorf("kube-proxy did not commit %+v in time: %w", want, last)
+			return fmt.Errorf("the proxy did not commit %+v in time: %w", want, last)
 		case <-time.After(settlePoll):
 		}
 	}
@@ -191,19 +206,35 @@ func (p *Process) WaitSettled(ctx context.Context, mark Snapshot, want Changes) 
 // not take its configuration file strictly (a field it does not know,
 // which it ignores): the caller's configuration is not what runs.
 func (p *Process) WaitFirstSync(ctx context.Context) error {
+	return WaitFirstSync(ctx, p)
+}
+
+// configError says whether kube-proxy ignored part of its configuration.
+func (p *Process) configError() error {
+	if log := p.Log(); strings.Contains(log, "strict decoding failed") {
+		return fmt.Errorf("kube-proxy ignored part of its configuration:\n%s", firstLine(log, "strict decoding failed"))
+	}
+	return nil
+}
+
+// WaitFirstSync waits until p has committed its first sync of every family
+// it runs and settled.
+func WaitFirstSync(ctx context.Context, p Proxy) error {
 	for {
-		if log := p.Log(); strings.Contains(log, "strict decoding failed") {
-			return fmt.Errorf("kube-proxy ignored part of its configuration:\n%s", firstLine(log, "strict decoding failed"))
+		if c, ok := p.(interface{ configError() error }); ok {
+			if err := c.configError(); err != nil {
+				return err
+			}
 		}
 		s, err := p.Scrape(ctx)
 		if err == nil && len(s.Families) > 0 && allSynced(s) {
-			return p.WaitSettled(ctx, s, Changes{})
+			return WaitSettled(ctx, p, s, Changes{})
 		}
 		select {
-		case <-p.done:
-			return fmt.Errorf("kube-proxy exited before its first sync: %w", p.waitErr)
+		case <-p.Done():
+			return fmt.Errorf("the proxy exited before its first sync: %w", p.Err())
 		case <-ctx.Done():
-			return fmt.Errorf("kube-proxy made no first sync in time (last reading %v): %w", s, cmp.Or(err, ctx.Err()))
+			return fmt.Errorf("the proxy made no first sync in time (last reading %v): %w", s, cmp.Or(err, ctx.Err()))
 		case <-time.After(settlePoll):
 		}
 	}
