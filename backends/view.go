@@ -108,7 +108,8 @@ type Forwarding struct {
 	// any other.
 	ShortCircuit map[netip.AddrPort]uint32
 	// Allowed are the source ranges allowed to reach a load-balancer IP
-	// (loadBalancerSourceRanges); nil allows everyone.
+	// (loadBalancerSourceRanges, and the sources NodeSources adds when one
+	// holds the node's IP); nil allows everyone.
 	Allowed []netip.Prefix
 }
 
@@ -126,14 +127,19 @@ func Expect(p *plan.Plan, opts ExpectOptions) (*View, map[Destination]plan.Key) 
 	owners := map[Destination]plan.Key{}
 	for _, k := range p.Keys() {
 		for _, fam := range []int{4, 6} {
-			expectService(v, owners, p.Services[k], fam, slices.Contains(opts.NodePortFamilies, fam))
+			expectService(v, owners, p.Services[k], NodeIP(p.Node, fam == 6), slices.Contains(opts.NodePortFamilies, fam))
 		}
 	}
 	return v, owners
 }
 
-// expectService adds the destinations of one service in one family.
-func expectService(v *View, owners map[Destination]plan.Key, s *plan.Service, fam int, nodePorts bool) {
+// expectService adds the destinations of one service in the family of
+// nodeIP, the node's IP there (NodeIP).
+func expectService(v *View, owners map[Destination]plan.Key, s *plan.Service, nodeIP netip.Addr, nodePorts bool) {
+	fam := 4
+	if nodeIP.Is6() {
+		fam = 6
+	}
 	in := func(a netip.Addr) bool { return (fam == 4) == a.Unmap().Is4() }
 	var eps []plan.Endpoint
 	for _, e := range s.Endpoints {
@@ -159,7 +165,7 @@ func expectService(v *View, owners map[Destination]plan.Key, s *plan.Service, fa
 	for _, a := range distinct(s.ClusterIPs, in) {
 		add(Destination{DestCluster, a, s.Key.Protocol, s.Port}, cluster)
 	}
-	ranges := prefixesIn(s.SourceRanges, fam)
+	ranges := prefixesIn(append(slices.Clone(s.SourceRanges), NodeSources(s, nodeIP)...), fam)
 	for _, a := range distinct(append(slices.Clone(s.ExternalIPs), s.LoadBalancerIPs...), in) {
 		f := external
 		if len(s.SourceRanges) > 0 && slices.Contains(s.LoadBalancerIPs, a) {
