@@ -175,16 +175,18 @@ func (b *Backend) partialSync(p *plan.Plan, changed []plan.Key) error {
 	out := b.kernel.batch()
 	for _, tb := range b.tables {
 		t, c := tb.partialTxn(p, changed, out)
+		pending = append(pending, c)
 		if !t.empty() {
-			txns, pending = append(txns, t), append(pending, c)
+			txns = append(txns, t)
 		}
 	}
-	if len(txns) == 0 {
-		return nil
+	if len(txns) > 0 {
+		if err := b.commit(false, txns...); err != nil {
+			return err
+		}
 	}
-	if err := b.commit(false, txns...); err != nil {
-		return err
-	}
+	// A table with nothing to send already holds what its changes describe
+	// (a node IP that changed no service's elements, say): they fold in too.
 	for _, c := range pending {
 		c.commit()
 	}

@@ -29,11 +29,16 @@ type state struct {
 	nodeAddrs []netip.Prefix    // what the nodeport-cidrs set holds with NodePortPrimary
 	// serviceCIDRs is what the service-cidrs set holds.
 	serviceCIDRs []netip.Prefix
+	// nodeIP is the node's IP the services' source ranges were written
+	// with, and ranged the services whose elements depend on it (see
+	// serviceState.ranged): a new node IP rewrites only those.
+	nodeIP netip.Addr
+	ranged map[plan.Key]struct{}
 }
 
 func newState() *state {
 	return &state{services: map[plan.Key]*serviceState{}, maps: map[mapID]int{}, chains: map[pickSpec]int{},
-		hairpin: map[addrKey]int32{}, clusterIP: map[addrKey]int32{}}
+		hairpin: map[addrKey]int32{}, clusterIP: map[addrKey]int32{}, ranged: map[plan.Key]struct{}{}}
 }
 
 // changes is a pending update of state: it is merged only after the kernel
@@ -56,7 +61,10 @@ type changes struct {
 	podCIDRs     []netip.Prefix
 	nodeAddrs    []netip.Prefix
 	serviceCIDRs []netip.Prefix
-	del, add     map[string]*elemList
+	// nodeIP is the node's IP of the family the services are computed
+	// with (backends.NodeIP).
+	nodeIP   netip.Addr
+	del, add map[string]*elemList
 	// mapLists and pickChains save formatting names per element.
 	mapLists   map[mapList]*elemList
 	pickChains map[pickSpec]string
@@ -150,7 +158,7 @@ func (c *changes) update(key plan.Key, svc *plan.Service) {
 	old := c.base.services[key]
 	var cur *serviceState
 	if svc != nil {
-		cur = newServiceState(svc, c.fam)
+		cur = newServiceState(svc, c.fam, c.nodeIP)
 	}
 	if same(old, cur) {
 		return
@@ -356,6 +364,14 @@ func (c *changes) commit() {
 	s.podCIDRs = c.podCIDRs
 	s.nodeAddrs = c.nodeAddrs
 	s.serviceCIDRs = c.serviceCIDRs
+	s.nodeIP = c.nodeIP
+	for k, v := range c.services {
+		if v.ranged() {
+			s.ranged[k] = struct{}{}
+		} else {
+			delete(s.ranged, k)
+		}
+	}
 }
 
 func mergeCounts[K comparable](dst, src map[K]int) {

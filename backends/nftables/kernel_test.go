@@ -176,7 +176,7 @@ func TestKernelFailedCommitRebuilds(t *testing.T) {
 	// whole transaction, which also carries a real change to web.
 	ghost := svc("default", "ghost", "", plan.TCP, "10.96.0.99", 80, 0, podEP(podC, 1))
 	v4 := b.tables[0].state
-	v4.services[ghost.Key] = newServiceState(ghost, famV4)
+	v4.services[ghost.Key] = newServiceState(ghost, famV4, v4.nodeIP)
 	v4.maps[mapID{lane: laneIP, weight: 1}]++
 	v4.chains[pickSpec{kind: pickCluster, weight: 1}]++
 	moved := web.Clone()
@@ -404,6 +404,7 @@ func TestKernelLoadBalancerSourceRanges(t *testing.T) {
 	lb := netip.AddrPortFrom(lbIP, 443)
 	netns.WantPods(t, "load-balancer IP from an allowed range", netns.DialMany(t, topo.Pods["pod-a"].NS, lb, 3), "pod-b")
 	wantDropped(t, "load-balancer IP from outside the ranges", topo.Client, lb)
+	wantDropped(t, "load-balancer IP from the node, outside the ranges", topo.Node, lb)
 	netns.WantPods(t, "the cluster IP is not limited", netns.DialMany(t, topo.Client, netip.AddrPortFrom(vip, 443), 3), "pod-b")
 
 	open := shop.Clone()
@@ -411,6 +412,7 @@ func TestKernelLoadBalancerSourceRanges(t *testing.T) {
 	p.Services[shop.Key] = open
 	mustSync(t, b, p, backends.PartialSync(shop.Key))
 	netns.WantPods(t, "after allowing the client's range", netns.DialMany(t, topo.Client, lb, 3), "pod-b")
+	netns.WantPods(t, "after allowing the node's range", netns.DialMany(t, topo.Node, lb, 3), "pod-b")
 }
 
 func TestKernelLocalDetectors(t *testing.T) {

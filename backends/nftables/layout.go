@@ -43,6 +43,12 @@ const (
 	setServiceCIDRs      = "service-cidrs" // the plan's service CIDRs (intervals)
 )
 
+// chainNodePortsCheck refuses or drops new connections to node ports
+// without (local) endpoints, on the input path only, as kube-proxy's
+// nodeport-endpoints-check: the node's own datagram to such a port is
+// sent, and the reject's ICMP error reaches its socket.
+const chainNodePortsCheck = "nodeport-endpoints-check"
+
 // portKeyType is the key of node-port entries. Bucket numbers are typed
 // mark, an integer type of a known size: nft cannot list a concatenation
 // with its sizeless integer type.
@@ -121,6 +127,7 @@ func (l *layout) base(t *txn, refill bool) {
 	l.serviceRules(t)
 	l.masqueradeRules(t)
 	l.endpointCheckRules(t)
+	l.nodePortCheckRules(t)
 	l.clusterIPsCheckRules(t)
 	l.firewallRules(t)
 }
@@ -148,17 +155,26 @@ func (l *layout) firewallAllowSet() *nftables.Set {
 }
 
 // firewallRules drop new connections to a load-balancer IP from sources
-// outside its loadBalancerSourceRanges, before any DNAT; with localhost node
-// ports, also packets to 127.0.0.0/8 from anywhere but loopback, which
-// route_localnet would otherwise let in.
+// outside its loadBalancerSourceRanges, before any DNAT: those arriving
+// (filter-prerouting) and the node's own (filter-output-pre-dnat), as
+// kube-proxy's firewall-check.
 func (l *layout) firewallRules(t *txn) {
 	c := l.chain(chainFirewall)
 	f := l.fam
-	if l.opts.LocalhostNodePorts {
-		t.addRule(c, ctNew(), f.inLoopback(f.daddrField(), true), f.inLoopback(f.saddrField(), false), verdictDrop())
-	}
 	allow := keyOf(append(f.serviceFields(), f.saddrField())...)
 	t.addRule(c, ctNew(), f.serviceKey().in(setFirewallIPs), allow.notIn(setFirewallAllow), verdictDrop())
+}
+
+// localnetRule, with localhost node ports (ok), drops packets arriving for
+// 127.0.0.0/8 from anywhere but loopback, which route_localnet would
+// otherwise let in. It sits in filter-prerouting only: the node's own
+// packets are not arriving ones.
+func (l *layout) localnetRule() (m match, ok bool) {
+	if !l.opts.LocalhostNodePorts {
+		return match{}, false
+	}
+	f := l.fam
+	return join(ctNew(), f.inLoopback(f.daddrField(), true), f.inLoopback(f.saddrField(), false), verdictDrop()), true
 }
 
 // addSet ensures a set exists and, when refilling, empties it.
@@ -199,40 +215,49 @@ func (l *layout) cidrSets(t *txn) {
 // The base chains: each hooks one netfilter hook and jumps to a regular
 // chain.
 const (
-	chainFilterPrerouting = "filter-prerouting"
-	chainNATPrerouting    = "nat-prerouting"
-	chainNATOutput        = "nat-output"
-	chainNATPostrouting   = "nat-postrouting"
-	chainFilterInput      = "filter-input"
-	chainFilterForward    = "filter-forward"
-	chainFilterOutput     = "filter-output"
+	chainFilterPrerouting    = "filter-prerouting"
+	chainFilterOutputPreDNAT = "filter-output-pre-dnat"
+	chainNATPrerouting       = "nat-prerouting"
+	chainNATOutput           = "nat-output"
+	chainNATPostrouting      = "nat-postrouting"
+	chainFilterInput         = "filter-input"
+	chainFilterForward       = "filter-forward"
+	chainFilterOutput        = "filter-output"
 )
 
+// baseHooks are the base chains and the regular chains each jumps to, in
+// order. The two at priority -110 see packets before DNAT.
 var baseHooks = []struct {
-	name   string
-	typ    nftables.ChainType
-	hook   *nftables.ChainHook
-	prio   int32
-	target string
+	name    string
+	typ     nftables.ChainType
+	hook    *nftables.ChainHook
+	prio    int32
+	targets []string
 }{
-	{chainFilterPrerouting, nftables.ChainTypeFilter, nftables.ChainHookPrerouting, -110, chainFirewall},
-	{chainNATPrerouting, nftables.ChainTypeNAT, nftables.ChainHookPrerouting, -100, chainServices},
-	{chainNATOutput, nftables.ChainTypeNAT, nftables.ChainHookOutput, -100, chainServices},
-	{chainNATPostrouting, nftables.ChainTypeNAT, nftables.ChainHookPostrouting, 100, chainMasquerade},
-	{chainFilterInput, nftables.ChainTypeFilter, nftables.ChainHookInput, -10, chainEPCheck},
-	{chainFilterForward, nftables.ChainTypeFilter, nftables.ChainHookForward, -10, chainEPCheck},
-	{chainFilterOutput, nftables.ChainTypeFilter, nftables.ChainHookOutput, -10, chainEPCheck},
+	{chainFilterPrerouting, nftables.ChainTypeFilter, nftables.ChainHookPrerouting, -110, []string{chainFirewall}},
+	{chainFilterOutputPreDNAT, nftables.ChainTypeFilter, nftables.ChainHookOutput, -110, []string{chainFirewall}},
+	{chainNATPrerouting, nftables.ChainTypeNAT, nftables.ChainHookPrerouting, -100, []string{chainServices}},
+	{chainNATOutput, nftables.ChainTypeNAT, nftables.ChainHookOutput, -100, []string{chainServices}},
+	{chainNATPostrouting, nftables.ChainTypeNAT, nftables.ChainHookPostrouting, 100, []string{chainMasquerade}},
+	{chainFilterInput, nftables.ChainTypeFilter, nftables.ChainHookInput, -10, []string{chainEPCheck, chainNodePortsCheck}},
+	{chainFilterForward, nftables.ChainTypeFilter, nftables.ChainHookForward, -10, []string{chainEPCheck}},
+	{chainFilterOutput, nftables.ChainTypeFilter, nftables.ChainHookOutput, -10, []string{chainEPCheck}},
 }
 
 func (l *layout) baseChains(t *txn) {
 	for _, c := range []*nftables.Chain{l.chain(chainServices), l.chain(chainMasquerade), l.chain(chainEPCheck),
-		l.chain(chainFirewall), l.chain(chainClusterIPsCheck)} {
+		l.chain(chainNodePortsCheck), l.chain(chainFirewall), l.chain(chainClusterIPsCheck)} {
 		l.addChain(t, c)
 	}
 	for _, h := range baseHooks {
 		c := l.baseChain(h.name, h.typ, h.hook, h.prio)
 		l.addChain(t, c)
-		t.addRule(c, jumpTo(h.target))
+		if m, ok := l.localnetRule(); ok && h.name == chainFilterPrerouting {
+			t.addRule(c, m)
+		}
+		for _, target := range h.targets {
+			t.addRule(c, jumpTo(target))
+		}
 		if h.name == chainFilterForward || h.name == chainFilterOutput {
 			// After DNAT, as kube-proxy's filter-forward and
 			// filter-output-post-dnat are.
@@ -286,24 +311,31 @@ func (l *layout) masqueradeRules(t *txn) {
 	t.addRule(c, ctDNATed(), hairpin, masqueradeFully())
 }
 
-// endpointCheckRules refuse or drop new connections to destinations without
-// (local) endpoints; node ports only on the addresses that serve node ports.
+// endpointCheckRules refuse or drop new connections to cluster, external
+// and load-balancer IPs without (local) endpoints, on every path.
 func (l *layout) endpointCheckRules(t *txn) {
 	c := l.chain(chainEPCheck)
-	nodePorts := l.nodePortMatch()
-	refused := []match{
-		join(ctNew(), l.fam.serviceKey().in(setNoEPIPs)),
-		join(ctNew(), nodePorts, nodePortKey().in(setNoEPNodePorts)),
-	}
-	// A TCP reset is refused at once even when the client's connect() is
-	// still holding its socket (veth delivers the ICMP error synchronously and
-	// TCP then treats it as soft); everything else gets ICMP port unreachable.
-	for _, m := range refused {
-		t.addRule(c, m, isTCP(), rejectWithReset())
-		t.addRule(c, m, l.fam.rejectUnreachable())
-	}
+	l.refuseRules(t, c, join(ctNew(), l.fam.serviceKey().in(setNoEPIPs)))
 	t.addRule(c, ctNew(), l.fam.serviceKey().in(setDropIPs), verdictDrop())
+}
+
+// nodePortCheckRules refuse or drop new connections to node ports without
+// (local) endpoints, only on the addresses that serve node ports; their
+// chain is jumped to from filter-input only.
+func (l *layout) nodePortCheckRules(t *txn) {
+	c := l.chain(chainNodePortsCheck)
+	nodePorts := l.nodePortMatch()
+	l.refuseRules(t, c, join(ctNew(), nodePorts, nodePortKey().in(setNoEPNodePorts)))
 	t.addRule(c, ctNew(), nodePorts, nodePortKey().in(setDropNodePorts), verdictDrop())
+}
+
+// refuseRules append to c the rejects of what m matches. A TCP reset is
+// refused at once even when the client's connect() is still holding its
+// socket (veth delivers the ICMP error synchronously and TCP then treats it
+// as soft); everything else gets ICMP port unreachable.
+func (l *layout) refuseRules(t *txn, c *nftables.Chain, m match) {
+	t.addRule(c, m, isTCP(), rejectWithReset())
+	t.addRule(c, m, l.fam.rejectUnreachable())
 }
 
 // endpointsMap returns an endpoints map: "entry key . bucket" to endpoint.

@@ -76,10 +76,13 @@ func (r *reader) read() {
 	r.forwardEntries(setServiceIPs, natIn && r.uses(chainServices, setServiceIPs))
 	r.forwardEntries(setNodePorts, natIn && nodePorts && r.uses(chainServices, setNodePorts))
 	r.unservedEntries(setNoEPIPs, backends.VerdictReject, forward && r.uses(chainEPCheck, setNoEPIPs))
-	r.unservedEntries(setNoEPNodePorts, backends.VerdictReject, input && nodePorts && r.uses(chainEPCheck, setNoEPNodePorts))
+	r.unservedEntries(setNoEPNodePorts, backends.VerdictReject, input && nodePorts && r.uses(chainNodePortsCheck, setNoEPNodePorts))
 	r.unservedEntries(setDropIPs, backends.VerdictDrop, forward && r.uses(chainEPCheck, setDropIPs))
-	r.unservedEntries(setDropNodePorts, backends.VerdictDrop, input && nodePorts && r.uses(chainEPCheck, setDropNodePorts))
-	r.firewall(r.hooked[chainFilterPrerouting] && r.uses(chainFirewall, setFirewallIPs))
+	r.unservedEntries(setDropNodePorts, backends.VerdictDrop, input && nodePorts && r.uses(chainNodePortsCheck, setDropNodePorts))
+	// The ranges hold only when both arriving and the node's own
+	// connections are checked.
+	fwHooked := r.hooked[chainFilterPrerouting] && r.hooked[chainFilterOutputPreDNAT]
+	r.firewall(fwHooked && r.uses(chainFirewall, setFirewallIPs))
 	local := natIn && r.hooked[chainNATOutput]
 	r.shortCircuit(setShortIPs, local && r.uses(chainServices, setShortIPs))
 	r.shortCircuit(setShortNodePorts, local && nodePorts && r.uses(chainServices, setShortNodePorts))

@@ -318,6 +318,15 @@ func (s *sequence) changeNode() {
 	s.p.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.3.0/24"), netip.MustParsePrefix("fd00:10:244:3::/64")}
 	s.p.ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
 	s.sync("changing the node's addresses and pod CIDRs and the service CIDRs", backends.PartialSync())
+	// web's source ranges now hold the node: its load-balancer IPs become
+	// allowed sources of their own, in both families.
+	s.p.Node.Addresses = seqAddrs("10.0.0.1", "2001:db8:1::1")
+	s.sync("moving the node into a service's source ranges", backends.PartialSync())
+	if got := s.traces([]string{"firewall-allow"}); !slices.ContainsFunc(got, func(l string) bool {
+		return strings.Contains(l, "198.51.100.10 . tcp . 80 . 198.51.100.10-198.51.100.10")
+	}) {
+		s.t.Errorf("the node in web's ranges, but firewall-allow does not let its load-balancer IP in:\n%s", strings.Join(got, "\n"))
+	}
 	s.p.Node.Addresses = nil
 	s.sync("losing the node's addresses", backends.PartialSync())
 }

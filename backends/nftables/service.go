@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -35,7 +36,9 @@ type serviceState struct {
 	// extIPs are the external and load-balancer IPs, served like node ports.
 	extIPs []netip.Addr
 	// lbIPs are the load-balancer IPs and ranges the sources allowed to use
-	// them; no ranges means everyone.
+	// them; no ranges means everyone. With loadBalancerSourceRanges
+	// holding the node's IP, ranges also allow each load-balancer IP as a
+	// source (backends.NodeSources), as kube-proxy does.
 	lbIPs  []netip.Addr
 	ranges []netip.Prefix
 	// affinity is the ClientIP affinity timeout in seconds, 0 for none.
@@ -58,8 +61,8 @@ type serviceState struct {
 
 // newServiceState computes the state a plan service needs, or nil when the
 // service has nothing this backend can program (no address of the family,
-// no node port).
-func newServiceState(svc *plan.Service, f *family) *serviceState {
+// no node port); nodeIP is the node's IP of the family (backends.NodeIP).
+func newServiceState(svc *plan.Service, f *family, nodeIP netip.Addr) *serviceState {
 	if _, err := protoNumber(svc.Key.Protocol); err != nil {
 		return nil
 	}
@@ -67,10 +70,10 @@ func newServiceState(svc *plan.Service, f *family) *serviceState {
 		externalLocal: svc.ExternalLocal, internalLocal: svc.InternalLocal}
 	st.ips = inFamily(f, svc.ClusterIPs)
 	st.extIPs = inFamily(f, append(slices.Clone(svc.ExternalIPs), svc.LoadBalancerIPs...))
-	st.ranges = prefixesOf(f, svc.SourceRanges)
 	if len(svc.SourceRanges) > 0 {
 		// Ranges of the other family only still close this family's addresses.
 		st.lbIPs = inFamily(f, svc.LoadBalancerIPs)
+		st.ranges = prefixesOf(f, append(slices.Clone(svc.SourceRanges), backends.NodeSources(svc, nodeIP)...))
 	}
 	if len(st.ips) == 0 && len(st.extIPs) == 0 && st.nodePort == 0 {
 		return nil
@@ -104,6 +107,10 @@ func inFamily(f *family, addrs []netip.Addr) []netip.Addr {
 	}
 	return out
 }
+
+// ranged reports whether the state's rules depend on the node's IP: it has
+// load-balancer IPs limited by source ranges.
+func (s *serviceState) ranged() bool { return s != nil && len(s.lbIPs) > 0 }
 
 // pools returns the state's distinct pools.
 func (s *serviceState) pools() []pool {

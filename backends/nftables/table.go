@@ -87,6 +87,7 @@ func (tb *table) fullTxn(p *plan.Plan, out *batch) (*txn, *changes) {
 	}
 	c := newChanges(newState(), l)
 	c.presize(p)
+	c.nodeIP = tb.nodeIP(p)
 	for _, k := range p.Keys() {
 		c.update(k, p.Services[k])
 	}
@@ -111,15 +112,34 @@ func sortedServices(m map[plan.Key]*serviceState) []plan.Key {
 	return slices.SortedFunc(maps.Keys(m), plan.Key.Compare)
 }
 
-// partialTxn builds the transaction for the changed keys only.
+func sortedServiceKeys(m map[plan.Key]struct{}) []plan.Key {
+	return slices.SortedFunc(maps.Keys(m), plan.Key.Compare)
+}
+
+// nodeIP returns the node's IP of the table's family in p.
+func (tb *table) nodeIP(p *plan.Plan) netip.Addr {
+	return backends.NodeIP(p.Node, tb.layout.fam.number() == 6)
+}
+
+// partialTxn builds the transaction for the changed keys only, and for
+// the services with source ranges when the node's IP changed.
 func (tb *table) partialTxn(p *plan.Plan, changed []plan.Key, out *batch) (*txn, *changes) {
 	t := &txn{table: tb.layout.table, out: out}
 	c := newChanges(tb.state, tb.layout)
+	c.nodeIP = tb.nodeIP(p)
 	seen := make(map[plan.Key]bool, len(changed))
-	for _, k := range changed {
+	update := func(k plan.Key) {
 		if !seen[k] {
 			seen[k] = true
 			c.update(k, p.Services[k])
+		}
+	}
+	for _, k := range changed {
+		update(k)
+	}
+	if c.nodeIP != tb.state.nodeIP {
+		for _, k := range sortedServiceKeys(tb.state.ranged) {
+			update(k)
 		}
 	}
 	c.write(t, tb.layout)
