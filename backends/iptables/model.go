@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -56,8 +57,10 @@ type svcModel struct {
 
 	clusterIPs []netip.Addr
 	extIPs     []extAddr
-	// ranges are the source ranges of this family; a service with ranges
-	// only of the other family closes its load-balancer IPs here.
+	// ranges are the source ranges of this family, and each load-balancer
+	// IP as a source when one of them holds the node's IP (as kube-proxy's
+	// allowFromNode); a service with ranges only of the other family closes
+	// its load-balancer IPs here.
 	ranges []netip.Prefix
 
 	// affinity is the ClientIP affinity timeout in seconds, 0 for none.
@@ -72,10 +75,10 @@ type svcModel struct {
 	hasEndpoints bool
 }
 
-// newModel returns the model of svc in family f, or nil when the service
-// has nothing there (no address of the family and no node port) or an
-// unknown protocol.
-func newModel(svc *plan.Service, f ipFamily) *svcModel {
+// newModel returns the model of svc in family f, where the node's IP is
+// nodeIP (backends.NodeIP), or nil when the service has nothing there (no
+// address of the family and no node port) or an unknown protocol.
+func newModel(svc *plan.Service, f ipFamily, nodeIP netip.Addr) *svcModel {
 	if svc == nil {
 		return nil
 	}
@@ -93,7 +96,7 @@ func newModel(svc *plan.Service, f ipFamily) *svcModel {
 	if len(m.clusterIPs) == 0 && len(m.extIPs) == 0 && m.nodePort == 0 {
 		return nil
 	}
-	for _, r := range svc.SourceRanges {
+	for _, r := range append(slices.Clone(svc.SourceRanges), backends.NodeSources(svc, nodeIP)...) {
 		if f.has(r.Addr()) && !slices.Contains(m.ranges, r.Masked()) {
 			m.ranges = append(m.ranges, r.Masked())
 		}
@@ -108,6 +111,12 @@ func newModel(svc *plan.Service, f ipFamily) *svcModel {
 	m.local = poolOf(f, svc.Endpoints, true)
 	m.hasEndpoints = slices.ContainsFunc(svc.Endpoints, func(e plan.Endpoint) bool { return f.has(e.Address) })
 	return m
+}
+
+// ranged reports whether the model has load-balancer IPs limited by source
+// ranges: its rules then depend on the node's IP.
+func (m *svcModel) ranged() bool {
+	return slices.ContainsFunc(m.extIPs, func(e extAddr) bool { return e.ranged })
 }
 
 // addrsOf returns the distinct addresses of family f.

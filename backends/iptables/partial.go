@@ -14,6 +14,7 @@ import (
 // one by one. prev is not changed. A change of the node's podCIDRs under
 // DetectNodeCIDR, which every service's rules use, renders in full; so
 // does crossing largeClusterEndpoints, which changes every chain's comments.
+// A change of the node's IP renders the services with source ranges too.
 func renderPartial(f ipFamily, p *plan.Plan, changed []plan.Key, prev *written, o *Options) (restore, *written) {
 	if prev == nil || prev.family != f {
 		return renderFull(f, p, o, chainsOf(prev))
@@ -23,7 +24,12 @@ func renderPartial(f ipFamily, p *plan.Plan, changed []plan.Key, prev *written, 
 		return renderFull(f, p, o, chainsOf(prev))
 	}
 	w := prev.next()
-	keys := uniqueKeys(changed)
+	keys := changed
+	if r.nodeIP != prev.nodeIP {
+		keys = append(slices.Clone(changed), prev.rangedKeys()...)
+		w.nodeIP = r.nodeIP
+	}
+	keys = uniqueKeys(keys)
 	for _, k := range keys {
 		if old := prev.service(k); old != nil {
 			w.endpoints -= old.endpoints

@@ -140,6 +140,9 @@ func wantSameWritten(t *testing.T, w *written, p *plan.Plan, o *Options) {
 	if w.endpoints != want.endpoints || w.quiet != want.quiet {
 		t.Errorf("endpoints %d (quiet %v), want %d (quiet %v)", w.endpoints, w.quiet, want.endpoints, want.quiet)
 	}
+	if w.nodeIP != want.nodeIP || !maps.Equal(w.ranged, want.ranged) {
+		t.Errorf("node IP %s, ranged %v, want %s, %v", w.nodeIP, w.ranged, want.nodeIP, want.ranged)
+	}
 }
 
 func TestRenderPartialLeavesPrevUnchanged(t *testing.T) {
@@ -178,8 +181,10 @@ func snapshotWritten(w *written) any {
 		Base, Delta map[plan.Key]svcWritten
 		PodCIDRs    []netip.Prefix
 		Trailer     []string
+		Ranged      map[plan.Key]bool
 	}
-	s := snap{Base: map[plan.Key]svcWritten{}, Delta: map[plan.Key]svcWritten{}, PodCIDRs: slices.Clone(w.podCIDRs), Trailer: slices.Clone(w.trailer)}
+	s := snap{Base: map[plan.Key]svcWritten{}, Delta: map[plan.Key]svcWritten{}, PodCIDRs: slices.Clone(w.podCIDRs),
+		Trailer: slices.Clone(w.trailer), Ranged: maps.Clone(w.ranged)}
 	for k, v := range w.base {
 		s.Base[k] = svcWritten{chains: slices.Clone(v.chains), rules: slices.Clone(v.rules)}
 	}
@@ -220,6 +225,24 @@ func TestGoldenPartialFollowsNodeAddresses(t *testing.T) {
 	golden.Compare(t, filepath.Join("testdata", "partial-node-addresses.golden"), restoreText(r))
 	wantSameKernel(t, full, r, p2, o)
 	wantSameWritten(t, w, p2, o)
+}
+
+// TestGoldenPartialNodeIPInRanges moves the node's IP into shop's source
+// range: only shop's KUBE-FW chain is written again, now letting its
+// load-balancer IP in as a source, as kube-proxy's allowFromNode does.
+func TestGoldenPartialNodeIPInRanges(t *testing.T) {
+	o := &Options{Common: backends.Common{ClusterCIDRs: podCIDR}}
+	p := partialBase()
+	full, prev := renderFull(ipv4, p, o, nil)
+	p2 := p.Clone()
+	p2.Node.Addresses = addrs("10.244.0.1")
+	r, w := renderPartial(ipv4, p2, nil, prev, o)
+	golden.Compare(t, filepath.Join("testdata", "partial-node-in-range.golden"), restoreText(r))
+	wantSameKernel(t, full, r, p2, o)
+	wantSameWritten(t, w, p2, o)
+	if !maps.Equal(w.ranged, map[plan.Key]bool{key("shop", "https", plan.TCP): true}) {
+		t.Errorf("ranged services %v, want only shop", w.ranged)
+	}
 }
 
 func TestRenderPartialRewritesAllForNewPodCIDRs(t *testing.T) {

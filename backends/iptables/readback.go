@@ -41,7 +41,9 @@ func (b *Backend) ReadBack(ctx context.Context) (*backends.View, error) {
 // Expected returns the view ReadBack must return once p is committed:
 // backends.Expect for the families in which this backend serves node
 // ports (nodePortAddresses may leave one out, or, with NodePortPrimary,
-// the node may have no address of a family).
+// the node may have no address of a family), with no source ranges on the
+// load-balancer IPs of services without endpoints in the family: as in
+// kube-proxy's iptables mode, those are rejected for every source.
 func (b *Backend) Expected(p *plan.Plan) (*backends.View, map[backends.Destination]plan.Key) {
 	var fams []int
 	for _, f := range []ipFamily{ipv4, ipv6} {
@@ -51,7 +53,14 @@ func (b *Backend) Expected(p *plan.Plan) (*backends.View, map[backends.Destinati
 			fams = append(fams, int(f))
 		}
 	}
-	return backends.Expect(p, backends.ExpectOptions{NodePortFamilies: fams})
+	v, owners := backends.Expect(p, backends.ExpectOptions{NodePortFamilies: fams})
+	for d, f := range v.Destinations {
+		if f.Verdict == backends.VerdictReject && f.Allowed != nil {
+			f.Allowed = nil
+			v.Destinations[d] = f
+		}
+	}
+	return v, owners
 }
 
 // familyReader rebuilds one family's part of a view from its saved nat
@@ -336,9 +345,11 @@ func (r *familyReader) external(chain string, d backends.Destination) followed {
 	return fl
 }
 
-// firewalled reads a KUBE-FW chain: the node's own traffic and the
-// allowed source ranges go on to KUBE-EXT; the rest leaves the chain for
-// filter KUBE-PROXY-FIREWALL to drop.
+// firewalled reads a KUBE-FW chain: the allowed source ranges go on to
+// KUBE-EXT; the rest leaves the chain for filter KUBE-PROXY-FIREWALL to
+// drop. A rule letting traffic through by anything but its source range
+// (the node's own by --src-type LOCAL, as Weir wrote before it checked the
+// node too) is an anomaly.
 func (r *familyReader) firewalled(chain string, d backends.Destination) followed {
 	var fl followed
 	ranges := []netip.Prefix{}
@@ -349,8 +360,6 @@ func (r *familyReader) firewalled(chain string, d backends.Destination) followed
 		case t == "":
 		case !strings.HasPrefix(t, prefixEXT) || (ext != "" && t != ext):
 			r.anomaly("nat chain %s (for %s) has a rule Weir does not write: %s", chain, d, rule)
-		case rule.value("--src-type") == "LOCAL":
-			ext = t
 		default:
 			ext = t
 			p, err := netip.ParsePrefix(rule.value("-s"))
@@ -412,7 +421,7 @@ func (r *familyReader) filterVerdict(d backends.Destination, verdict backends.Ve
 
 // firewall reads filter KUBE-PROXY-FIREWALL: the drop of each
 // load-balancer IP with source ranges, preceded, when the IP has no nat
-// chain, by the RETURN of the allowed ranges (and of the node itself).
+// chain, by the RETURN of the allowed ranges.
 func (r *familyReader) firewall() {
 	allowed := map[backends.Destination][]netip.Prefix{}
 	for _, rule := range r.filter.chains[kubeProxyFirewall] {
@@ -424,7 +433,6 @@ func (r *familyReader) firewall() {
 		switch {
 		case !ok || (t != "RETURN" && t != "DROP"):
 			r.anomaly("filter chain %s has a rule Weir does not write: %s", kubeProxyFirewall, rule)
-		case t == "RETURN" && rule.value("--src-type") == "LOCAL":
 		case t == "RETURN":
 			p, err := netip.ParsePrefix(rule.value("-s"))
 			if err != nil {

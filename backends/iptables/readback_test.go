@@ -100,3 +100,48 @@ COMMIT
 		}
 	}
 }
+
+// TestReadFirewallAllowsTheNodeByAddress reads KUBE-FW chains as
+// kube-proxy writes them when a source range holds the node's IP (the
+// load-balancer IP allowed as a source), and one as Weir wrote them before
+// it checked the node's own connections (--src-type LOCAL let them all
+// through): that one is an anomaly, since the ranges do not hold.
+func TestReadFirewallAllowsTheNodeByAddress(t *testing.T) {
+	nat := `*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-FW-A - [0:0]
+:KUBE-FW-B - [0:0]
+:KUBE-EXT-A - [0:0]
+:KUBE-EXT-B - [0:0]
+:KUBE-SVC-A - [0:0]
+:KUBE-SEP-1 - [0:0]
+-A KUBE-SERVICES -d 198.51.100.5/32 -p tcp -m comment --comment "ns/a:https loadbalancer IP" -m tcp --dport 443 -j KUBE-FW-A
+-A KUBE-SERVICES -d 198.51.100.6/32 -p tcp -m comment --comment "ns/b:https loadbalancer IP" -m tcp --dport 443 -j KUBE-FW-B
+-A KUBE-FW-A -s 172.30.0.0/24 -m comment --comment "ns/a:https loadbalancer IP" -j KUBE-EXT-A
+-A KUBE-FW-A -s 198.51.100.5/32 -m comment --comment "ns/a:https loadbalancer IP" -j KUBE-EXT-A
+-A KUBE-FW-A -m comment --comment "other traffic to ns/a:https will be dropped by KUBE-PROXY-FIREWALL"
+-A KUBE-FW-B -m comment --comment "ns/b:https loadbalancer IP" -m addrtype --src-type LOCAL -j KUBE-EXT-B
+-A KUBE-FW-B -s 10.0.0.0/8 -m comment --comment "ns/b:https loadbalancer IP" -j KUBE-EXT-B
+-A KUBE-EXT-A -j KUBE-SVC-A
+-A KUBE-EXT-B -j KUBE-SVC-A
+-A KUBE-SVC-A -j KUBE-SEP-1
+-A KUBE-SEP-1 -p tcp -m tcp -j DNAT --to-destination 10.244.0.1:8080
+COMMIT
+`
+	filter := `*filter
+:KUBE-PROXY-FIREWALL - [0:0]
+-A KUBE-PROXY-FIREWALL -d 198.51.100.5/32 -p tcp -m comment --comment "ns/a:https traffic not accepted by KUBE-FW-A" -m tcp --dport 443 -j DROP
+-A KUBE-PROXY-FIREWALL -d 198.51.100.6/32 -p tcp -m comment --comment "ns/b:https traffic not accepted by KUBE-FW-B" -m tcp --dport 443 -j DROP
+COMMIT
+`
+	v := &backends.View{Destinations: map[backends.Destination]backends.Forwarding{}}
+	readFamily(v, ipv4, parseSave([]byte(nat)), parseSave([]byte(filter)))
+	a := backends.Destination{Kind: backends.DestExternal, Addr: netip.MustParseAddr("198.51.100.5"), Protocol: plan.TCP, Port: 443}
+	if got := v.Destinations[a].Allowed; len(got) != 2 || got[1] != netip.MustParsePrefix("198.51.100.5/32") {
+		t.Errorf("%s allows %v, want 172.30.0.0/24 and its own address", a, got)
+	}
+	anomalies := strings.Join(v.Anomalies, "\n")
+	if want := "nat chain KUBE-FW-B (for external IP 198.51.100.6:443/TCP) lets traffic through without a source range"; !strings.Contains(anomalies, want) {
+		t.Errorf("anomalies do not say %q:\n%s", want, anomalies)
+	}
+}

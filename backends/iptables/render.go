@@ -111,6 +111,9 @@ type renderer struct {
 	o                  *Options
 	det                detection
 	localhostNodePorts bool
+	// nodeIP is the node's IP of the family (backends.NodeIP): source
+	// ranges holding it let the load-balancer IPs in as sources.
+	nodeIP netip.Addr
 	// quiet leaves the comments out of the per-endpoint rules (KUBE-SEP
 	// chains and the rules choosing them), as kube-proxy does in large
 	// clusters: see largeCluster.
@@ -124,7 +127,7 @@ type renderer struct {
 // for on the node the plan describes.
 func newRenderer(f ipFamily, o *Options, node plan.Node) *renderer {
 	return &renderer{f: f, o: o, det: newDetection(f, o, node), localhostNodePorts: o.LocalhostNodePorts && f == ipv4,
-		out: serviceText{text: make([]byte, 0, 4096)}, scratch: make(spec, 0, 256)}
+		nodeIP: backends.NodeIP(node, f == ipv6), out: serviceText{text: make([]byte, 0, 4096)}, scratch: make(spec, 0, 256)}
 }
 
 // The fixed chains of each table, declared (created or flushed) by every
@@ -145,7 +148,8 @@ var (
 // written, so chains a half-applied sync created are deleted too.
 func renderFull(f ipFamily, p *plan.Plan, o *Options, existing map[string][]string) (restore, *written) {
 	r := newRenderer(f, o, p.Node)
-	w := &written{family: f, base: make(map[plan.Key]*svcWritten, len(p.Services)), podCIDRs: r.det.nodeCIDRs}
+	w := &written{family: f, base: make(map[plan.Key]*svcWritten, len(p.Services)), podCIDRs: r.det.nodeCIDRs,
+		nodeIP: r.nodeIP, ranged: map[plan.Key]bool{}}
 	w.trailer = r.nodePortJumps(p.Node)
 	for _, s := range p.Services {
 		w.endpoints += len(s.Endpoints)
@@ -173,6 +177,9 @@ func renderFull(f ipFamily, p *plan.Plan, o *Options, existing map[string][]stri
 		}
 		natBody = append(natBody, r.out.text...)
 		w.base[k] = rec
+		if rec.ranged {
+			w.ranged[k] = true
+		}
 	}
 	for _, s := range w.trailer {
 		natBody = appendRule(natBody, "-A", kubeServices, s)
@@ -210,11 +217,13 @@ func (r *renderer) render(svc *plan.Service) *svcWritten {
 	if svc == nil {
 		return nil
 	}
-	if m := newModel(svc, r.f); m != nil {
+	m := newModel(svc, r.f, r.nodeIP)
+	if m != nil {
 		r.service(m)
 	}
 	rec := r.out.record()
 	rec.endpoints = len(svc.Endpoints)
+	rec.ranged = m != nil && m.ranged()
 	return rec
 }
 

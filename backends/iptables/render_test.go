@@ -97,15 +97,23 @@ func goldExternalPlan() *plan.Plan {
 	np.ExternalIPs = addrs("192.0.2.10")
 	lb := goldSvc("shop", "https", plan.TCP, "10.96.0.21", 443, 30443, goldEP("10.244.0.12", 8080, 1))
 	lb.LoadBalancerIPs = addrs("198.51.100.5")
-	lb.SourceRanges = prefixes("10.244.0.0/24", "172.30.0.0/24")
+	// The node's range (goldPlan: 192.168.0.2): its load-balancer IP is
+	// an allowed source too.
+	lb.SourceRanges = prefixes("10.244.0.0/24", "192.168.0.0/24")
 	empty := goldSvc("empty", "dns", plan.UDP, "10.96.0.53", 53, 30053)
+	// Without endpoints: rejected for every source, no firewall.
 	emptyLB := goldSvc("closed", "http", plan.TCP, "10.96.0.22", 80, 30081)
 	emptyLB.LoadBalancerIPs = addrs("198.51.100.6")
 	emptyLB.SourceRanges = prefixes("10.244.0.0/24")
+	// Endpoints, none serving (drained): no nat chain, so the allowed
+	// ranges return in filter before the drop.
+	drained := goldSvc("drained", "http", plan.TCP, "10.96.0.24", 80, 0, goldEP("10.244.0.13", 8080, 0))
+	drained.LoadBalancerIPs = addrs("198.51.100.7")
+	drained.SourceRanges = prefixes("10.244.0.0/24")
 	sticky := goldSvc("sticky", "http", plan.TCP, "10.96.0.23", 80, 30082,
 		goldEP("10.244.0.11", 8080, 1), goldEP("10.244.0.12", 8080, 1), goldEP("10.244.0.13", 8080, 0))
 	sticky.Affinity = &plan.Affinity{TimeoutSeconds: 10800}
-	return goldPlan(np, lb, empty, emptyLB, sticky)
+	return goldPlan(np, lb, empty, emptyLB, drained, sticky)
 }
 
 // goldPolicyPlan has traffic policies: ETP Local with local and remote

@@ -161,7 +161,9 @@ func (r *renderer) filterRules(m *svcModel, rt routing) {
 		}
 	}
 	for _, e := range m.extIPs {
-		if e.ranged {
+		// Without endpoints at all, as in kube-proxy, no firewall: every
+		// source is rejected above, those in the ranges too.
+		if e.ranged && m.hasEndpoints {
 			r.firewall(m, rt, e.ip)
 		}
 	}
@@ -199,18 +201,17 @@ func (r *renderer) reject(proto string) []string {
 }
 
 // firewall drops new connections to a load-balancer IP that its source
-// ranges do not allow. When the IP has a nat chain, allowed traffic has been
+// ranges do not allow, the node's own too (KUBE-PROXY-FIREWALL is jumped
+// to from OUTPUT). When the IP has a nat chain, allowed traffic has been
 // translated before the filter table sees it, so one drop rule catches the
-// rest (as kube-proxy). Otherwise (no endpoint for external traffic)
-// allowed sources and the node itself return first, to be rejected or
-// dropped like any traffic without endpoints.
+// rest (as kube-proxy). Otherwise (endpoints, none for external traffic)
+// allowed sources return first, to be dropped like any traffic without
+// endpoints for it.
 func (r *renderer) firewall(m *svcModel, rt routing, ip netip.Addr) {
 	by := "loadBalancerSourceRanges"
 	if rt.useFW {
 		by = rt.names.fw
 	} else {
-		r.shared(filterTable, kubeProxyFirewall, true, r.spec().comment(m.portName, " loadbalancer IP").
-			arg("-m", "addrtype", "--src-type", "LOCAL").proto(m.proto).dst(ip).dport(m.port).jump("RETURN"))
 		for _, rg := range m.ranges {
 			r.shared(filterTable, kubeProxyFirewall, true, r.spec().comment(m.portName, " loadbalancer IP").
 				src(rg, false).proto(m.proto).dst(ip).dport(m.port).jump("RETURN"))
@@ -310,13 +311,13 @@ func (r *renderer) extChain(m *svcModel, rt routing) {
 	}
 }
 
-// fwChain writes KUBE-FW: load-balancer traffic from allowed sources (and
-// from the node itself, which the nftables backend does not check either)
-// goes on to KUBE-EXT; KUBE-PROXY-FIREWALL drops the rest in filter.
+// fwChain writes KUBE-FW: load-balancer traffic from allowed sources goes
+// on to KUBE-EXT; KUBE-PROXY-FIREWALL drops the rest in filter, the node's
+// own included, as kube-proxy. The allowed sources hold the load-balancer
+// IPs themselves when a range holds the node's IP (svcModel.ranges).
 func (r *renderer) fwChain(m *svcModel, rt routing) {
 	fw := rt.names.fw
 	r.beginChain(fw)
-	r.rule(fw, r.spec().comment(m.portName, " loadbalancer IP").arg("-m", "addrtype", "--src-type", "LOCAL").jump(rt.names.ext))
 	for _, rg := range m.ranges {
 		r.rule(fw, r.spec().comment(m.portName, " loadbalancer IP").src(rg, false).jump(rt.names.ext))
 	}

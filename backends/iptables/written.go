@@ -33,6 +33,9 @@ type svcWritten struct {
 	endpoints int
 	// masqRefs counts the service's rules that jump to KUBE-MARK-MASQ.
 	masqRefs int32
+	// ranged is set when the service's rules depend on the node's IP
+	// (svcModel.ranged).
+	ranged bool
 }
 
 // record returns what the service just rendered writes.
@@ -123,6 +126,12 @@ type written struct {
 	// the renderer's setting for every chain written.
 	endpoints int
 	quiet     bool
+	// nodeIP is the node's IP the rules were written with; ranged holds
+	// the services whose rules depend on it, shared with the written this
+	// one came from until set changes it (ownRanged).
+	nodeIP    netip.Addr
+	ranged    map[plan.Key]bool
+	ownRanged bool
 }
 
 // service returns what key k wrote, or nil.
@@ -138,12 +147,38 @@ func (w *written) next() *written {
 	n := *w
 	n.delta = make(map[plan.Key]*svcWritten, len(w.delta)+4)
 	maps.Copy(n.delta, w.delta)
+	n.ownRanged = false
 	return &n
+}
+
+// rangedKeys returns the services whose rules depend on the node's IP.
+func (w *written) rangedKeys() []plan.Key {
+	return slices.Collect(maps.Keys(w.ranged))
+}
+
+// setRanged records whether key k's rules depend on the node's IP,
+// copying the shared set first when that changes it.
+func (w *written) setRanged(k plan.Key, ranged bool) {
+	if w.ranged[k] == ranged {
+		return
+	}
+	if !w.ownRanged {
+		w.ranged, w.ownRanged = maps.Clone(w.ranged), true
+		if w.ranged == nil {
+			w.ranged = map[plan.Key]bool{}
+		}
+	}
+	if ranged {
+		w.ranged[k] = true
+	} else {
+		delete(w.ranged, k)
+	}
 }
 
 // set records what key k wrote now (nil: nothing). Only for a written
 // that next returned.
 func (w *written) set(k plan.Key, s *svcWritten) {
+	w.setRanged(k, s != nil && s.ranged)
 	if s == nil && w.base[k] == nil {
 		delete(w.delta, k)
 		return
