@@ -239,6 +239,19 @@ e2e:
 	dir=$$(GO=$(GO) hack/controlplane/build.sh) && \
 	  WEIRTEST_CONTROLPLANE_BIN=$$dir CI=true $(GO) test -count=1 -tags e2e -timeout 30m -v ./test/e2e/...
 
+.PHONY: difftest
+
+# The differential test's knobs: the seeds (numbers and FIRST-LAST
+# ranges) and the modes.
+SEEDS ?= 1-20
+MODES ?= nftables,iptables
+
+## difftest: as root, the differential test against kube-proxy (hack/difftest, test/difftest): the scenario of each seed (generated Services and EndpointSlices) written through the real control plane, served by kube-proxy, Weir and kube-proxy again (the noise floor) in each mode, every probe's outcome compared; SEEDS, MODES; exits 1 on a disagreement; the table goes to stdout and bin/difftest/report.md
+difftest: build
+	dir=$$(GO=$(GO) hack/controlplane/build.sh) && \
+	  WEIRTEST_CONTROLPLANE_BIN=$$dir $(GO) run ./hack/difftest --weir $(BIN)/weir --kube-proxy $$dir/kube-proxy \
+	    --seeds $(SEEDS) --modes $(MODES)
+
 .PHONY: soak
 
 # The soak's knobs: how long each mode runs, the modes, the seed (empty: a
