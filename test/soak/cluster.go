@@ -78,9 +78,9 @@ func startCluster(ctx context.Context, t *programt.T, cfg *Config) (*cluster, er
 	}
 	for _, n := range []struct {
 		name string
-		ip   netip.Addr
-	}{{nodeName, c.topo.NodeIP}, {otherNode, netip.MustParseAddr("192.0.2.200")}} {
-		if err := createNode(ctx, c.client, n.name, n.ip); err != nil {
+		ips  []netip.Addr
+	}{{nodeName, []netip.Addr{c.topo.NodeIP, c.topo.NodeIP6}}, {otherNode, []netip.Addr{netip.MustParseAddr("192.0.2.200")}}} {
+		if err := createNode(ctx, c.client, n.name, n.ips...); err != nil {
 			return nil, err
 		}
 	}
@@ -133,16 +133,26 @@ func (c *cluster) startTopology(t *programt.T, pods int) error {
 	return nil
 }
 
-// createNode creates a Node with one internal address.
-func createNode(ctx context.Context, client kubernetes.Interface, name string, ip netip.Addr) error {
+// createNode creates a Node with ips as its InternalIP addresses.
+func createNode(ctx context.Context, client kubernetes.Interface, name string, ips ...netip.Addr) error {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
-		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}},
+		Status:     corev1.NodeStatus{Addresses: internalIPs(ips)},
 	}
 	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create node %s: %w", name, err)
 	}
 	return nil
+}
+
+// internalIPs lists ips as a Node's InternalIP addresses: its primary IPs,
+// where mode nftables serves node ports by default, one per family.
+func internalIPs(ips []netip.Addr) []corev1.NodeAddress {
+	out := make([]corev1.NodeAddress, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+	}
+	return out
 }
 
 // applyRBAC creates the ServiceAccount, ClusterRole and ClusterRoleBinding

@@ -42,12 +42,12 @@ func (f *filesStore) path(s *service) string {
 	return filepath.Join(f.dir, s.ns+"."+s.name+".yaml")
 }
 
-// writeNode writes the Node Weir runs as, with its address.
-func (f *filesStore) writeNode(ip netip.Addr) error {
+// writeNode writes the Node Weir runs as, with its addresses.
+func (f *filesStore) writeNode(ips ...netip.Addr) error {
 	node := &corev1.Node{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
 		ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{corev1.LabelHostname: nodeName}},
-		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}},
+		Status:     corev1.NodeStatus{Addresses: internalIPs(ips)},
 	}
 	b, err := yaml.Marshal(node)
 	if err != nil {

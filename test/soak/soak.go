@@ -239,7 +239,7 @@ func (s *run) setup(ctx context.Context) error {
 		if err := os.MkdirAll(manifests, 0o755); err != nil {
 			return err
 		}
-		if err := fs.writeNode(s.c.topo.NodeIP); err != nil {
+		if err := fs.writeNode(s.c.topo.NodeIP, s.c.topo.NodeIP6); err != nil {
 			return err
 		}
 		st, s.files = fs, fs
