@@ -77,6 +77,18 @@ func TestReferenceConfigLoads(t *testing.T) {
 	if c.Source.Kind != "kubernetes" || c.HealthzBindAddress != "0.0.0.0:10256" {
 		t.Errorf("deploy/weir.yaml: source.kind %q, healthzBindAddress %q", c.Source.Kind, c.HealthzBindAddress)
 	}
+	checkNodePorts(t, "deploy/weir.yaml", c)
+}
+
+// checkNodePorts checks that a shipped configuration in mode nftables
+// serves node ports where kube-proxy's nftables mode does: on the Node's
+// primary IPs, never on 127.0.0.1, with no setting that has no effect.
+func checkNodePorts(t *testing.T, what string, c *config.Config) {
+	t.Helper()
+	if c.Mode == "nftables" && (c.NodePortAddresses.String() != "primary" || c.LocalhostNodePorts || len(c.Ineffective) > 0) {
+		t.Errorf("%s: nodePortAddresses %s, localhostNodePorts %v, ineffective %q; want primary, false, none in mode nftables",
+			what, c.NodePortAddresses, c.LocalhostNodePorts, c.Ineffective)
+	}
 }
 
 func TestConfigMapCarriesAValidConfig(t *testing.T) {
@@ -86,9 +98,11 @@ func TestConfigMapCarriesAValidConfig(t *testing.T) {
 	if err := os.WriteFile(path, []byte(cm.Data["weir.yaml"]), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if c := loadConfig(t, path); c.Source.Kind != "kubernetes" {
+	c := loadConfig(t, path)
+	if c.Source.Kind != "kubernetes" {
 		t.Errorf("the ConfigMap's config reads source.kind %q, want kubernetes", c.Source.Kind)
 	}
+	checkNodePorts(t, "the ConfigMap's config", c)
 }
 
 func TestRBACGrantsOnlyWhatWeirUses(t *testing.T) {
