@@ -33,7 +33,7 @@ type NodeOptions struct {
 	IPVSInterface string
 	// LocalhostNodePorts says that Weir serves node ports on 127.0.0.1:
 	// the config's localhostNodePorts is on and its nodePortAddresses is
-	// empty (with any nodePortAddresses, Weir serves none on loopback).
+	// all (with primary or CIDRs, Weir serves none on loopback).
 	LocalhostNodePorts bool
 	// HealthzAddress and MetricsAddress are the servers' host:port from
 	// the config; "" means the server is off.
