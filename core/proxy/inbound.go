@@ -290,7 +290,7 @@ func (in *inbound) OnSynced() {
 	own := in.ownNode
 	in.mu.Unlock()
 	if name := in.p.opts.NodeName; name != "" && !own {
-		in.p.log.Warn("The source has no Node named nodeName; Weir runs without the node's zone, podCIDRs and addresses (topology, detectLocalMode NodeCIDR and nodePortAddresses primary need them)",
+		in.p.log.Warn("The source has no Node named nodeName; Weir runs without the node's zone, podCIDRs and addresses (topology, detectLocalMode NodeCIDR and nodePortAddresses primary, the default in mode nftables, need them)",
 			"nodeName", name)
 	}
 	in.p.tracker.OnSynced()
