@@ -78,10 +78,9 @@ func coverService(seen map[string]bool, s *corev1.Service) {
 	}
 	seen["external IPs"] = seen["external IPs"] || len(spec.ExternalIPs) > 0
 	for _, ing := range s.Status.LoadBalancer.Ingress {
-		switch {
-		case ing.IPMode == nil:
+		if ing.IPMode == nil {
 			seen["no ipMode"] = true
-		default:
+		} else {
 			seen["ipMode "+string(*ing.IPMode)] = true
 		}
 	}

@@ -66,7 +66,6 @@ func (g *generator) weighted(ws ...float64) int {
 var (
 	nodeIP    = netns.DefaultClientSubnet.Addr().Next()
 	nodeIP6   = netns.DefaultClientSubnet6.Addr().Next()
-	clientIP  = nodeIP.Next()
 	podsRange = netns.DefaultPodCIDR
 )
 

@@ -157,7 +157,7 @@ func (h *harness) serve(ctx context.Context, run string, probes []Probe) (outs m
 	outs = h.probeAll(ctx, topo, probes)
 	select {
 	case <-p.Done():
-		return nil, fmt.Errorf("the proxy exited while probed: %v (log in %s)", p.Err(), dir)
+		return nil, fmt.Errorf("the proxy exited while probed (log in %s): %w", dir, p.Err())
 	default:
 	}
 	return outs, ctx.Err()
