@@ -17,8 +17,10 @@ func golden(t *testing.T, name, got string) {
 	goldenfile.Compare(t, filepath.Join("testdata", name), got)
 }
 
+// ep returns a ready endpoint of the cluster's pool, on this node (as the
+// kernel tests' pods are) unless a test says otherwise.
 func ep(addr string, port uint16, weight uint32) plan.Endpoint {
-	return plan.Endpoint{Address: netip.MustParseAddr(addr), Port: port, Ready: true, Serving: true, ForCluster: true, Weight: weight}
+	return plan.Endpoint{Address: netip.MustParseAddr(addr), Port: port, Ready: true, Serving: true, ForCluster: true, Local: true, Weight: weight}
 }
 
 func svc(ns, name, port string, proto plan.Protocol, vip string, vport, nodePort uint16, eps ...plan.Endpoint) *plan.Service {

@@ -299,6 +299,16 @@ func (s *sequence) changeServices() {
 	empty := s.edit("empty", func(svc *plan.Service) { svc.Endpoints = []plan.Endpoint{seqEndpoint("10.244.1.22", 8080, 1, false)} })
 	dns := s.edit("dns", func(svc *plan.Service) { svc.Endpoints = nil })
 	s.sync("giving endpoints to one service and taking them from another", backends.PartialSync(empty, dns))
+	// Only endpoints on this node are hairpin entries, as in kube-proxy's
+	// nftables mode: one moving here gains its entry.
+	if got := s.traces([]string{"10.244.1.22 . 10.244.1.22"}); len(got) > 0 {
+		s.t.Errorf("an endpoint elsewhere has a hairpin entry:\n%s", strings.Join(got, "\n"))
+	}
+	empty = s.edit("empty", func(svc *plan.Service) { svc.Endpoints[0].Local = true })
+	s.sync("an endpoint moving to this node", backends.PartialSync(empty))
+	if got := s.traces([]string{"10.244.1.22 . 10.244.1.22"}); len(got) == 0 {
+		s.t.Error("an endpoint on this node has no hairpin entry")
+	}
 }
 
 func (s *sequence) deleteDoomed() {

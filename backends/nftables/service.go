@@ -57,6 +57,10 @@ type serviceState struct {
 	// (traffic is dropped, like kube-proxy) from a service with none at all
 	// (rejected).
 	hasEndpoints bool
+	// local holds the distinct addresses of its endpoints on this node, in
+	// order: the only ones the hairpin set holds, as in kube-proxy's
+	// nftables mode (a pod can reach itself only on its own node).
+	local []netip.Addr
 }
 
 // newServiceState computes the state a plan service needs, or nil when the
@@ -94,6 +98,13 @@ func newServiceState(svc *plan.Service, f *family, nodeIP netip.Addr) *serviceSt
 		st.cluster = st.internal
 	}
 	st.hasEndpoints = slices.ContainsFunc(svc.Endpoints, func(e plan.Endpoint) bool { return f.is(e.Address) })
+	for _, e := range svc.Endpoints {
+		if e.Local && f.is(e.Address) {
+			st.local = append(st.local, e.Address)
+		}
+	}
+	slices.SortFunc(st.local, netip.Addr.Compare)
+	st.local = slices.Compact(st.local)
 	return st
 }
 
@@ -180,14 +191,17 @@ func gcd(a, b uint64) uint64 {
 	return a
 }
 
-// eachHairpin calls fn with the endpoint addresses of the state's pools,
-// once per run of buckets at one address: a reference count moved from
-// one state to another with it stays zero exactly when no state has the
-// address.
+// eachHairpin calls fn with the addresses of the state's pools that are
+// on this node, once per run of buckets at one address: a reference count
+// moved from one state to another with it stays zero exactly when no
+// state has the address.
 func (s *serviceState) eachHairpin(fn func(netip.Addr)) {
+	if len(s.local) == 0 {
+		return
+	}
 	for _, p := range s.pools() {
 		for i, b := range p.buckets {
-			if i == 0 || p.buckets[i-1].Addr() != b.Addr() {
+			if (i == 0 || p.buckets[i-1].Addr() != b.Addr()) && slices.Contains(s.local, b.Addr()) {
 				fn(b.Addr())
 			}
 		}
@@ -211,7 +225,8 @@ func sameEntries(a, b *serviceState) bool {
 // counts: the same entries and the same buckets.
 func same(a, b *serviceState) bool {
 	return sameEntries(a, b) && (a == nil || (a.key == b.key && slices.Equal(a.internal.buckets, b.internal.buckets) &&
-		slices.Equal(a.external.buckets, b.external.buckets) && slices.Equal(a.cluster.buckets, b.cluster.buckets)))
+		slices.Equal(a.external.buckets, b.external.buckets) && slices.Equal(a.cluster.buckets, b.cluster.buckets) &&
+		slices.Equal(a.local, b.local)))
 }
 
 // changed reports whether bucket i differs between pools of the same

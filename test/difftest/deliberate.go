@@ -14,59 +14,11 @@ import (
 // returns "". Each check recomputes both proxies' documented behaviour
 // from the scenario and holds only when each proxy did exactly that, so a
 // deliberate difference cannot hide another one.
-func deliberate(sc *Scenario, mode string, p Probe, kp, weir Outcome) string {
-	switch {
-	case p.Proto == "HTTP" && healthCounts(sc, p, kp, weir):
+func deliberate(sc *Scenario, p Probe, kp, weir Outcome) string {
+	if p.Proto == "HTTP" && healthCounts(sc, p, kp, weir) {
 		return "health checks count the endpoints that serve the Service's ports, not every address of its slices"
-	case mode == "nftables" && remoteHairpin(sc, p, kp, weir):
-		return "hairpin traffic is masqueraded for every endpoint, not only those the slices place on this node"
 	}
 	return ""
-}
-
-// remoteHairpin reports whether a pod reached itself through the service
-// with Weir, and its attempts that kube-proxy's nftables mode sent to
-// itself timed out, because the slices do not place it on this node:
-// kube-proxy masquerades hairpin connections only to endpoints it knows
-// to be local, so the pod's answer to itself goes to itself, not back
-// through the node.
-func remoteHairpin(sc *Scenario, p Probe, kp, weir Outcome) bool {
-	self := slices.IndexFunc(pods, func(q pod) bool { return q.name == p.From })
-	if self < 0 || !slices.Contains(p.Candidates, p.From) || placedHere(sc, p.Service, pods[self].ip.String()) {
-		return false
-	}
-	if len(weir.Fails) > 0 || !slices.Equal(kp.Fails, []string{"timeout"}) || !subset(kp.Sources, weir.Sources) {
-		return false
-	}
-	if p.Sticky {
-		return len(kp.Pods) == 0 || slices.Equal(kp.Pods, weir.Pods)
-	}
-	others := slices.DeleteFunc(slices.Clone(weir.Pods), func(q string) bool { return q == p.From })
-	return len(others) < len(weir.Pods) && slices.Equal(kp.Pods, others)
-}
-
-// placedHere reports whether any slice of the service names this node for
-// the address.
-func placedHere(sc *Scenario, service, addr string) bool {
-	name, _, _ := strings.Cut(service, ":")
-	for _, sl := range sc.slicesOf(name) {
-		for _, ep := range sl.Endpoints {
-			if ep.Addresses[0] == addr && ep.NodeName != nil && *ep.NodeName == NodeName {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// subset reports whether every element of a is in b.
-func subset(a, b []string) bool {
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			return false
-		}
-	}
-	return true
 }
 
 // healthCounts reports whether a health check's answers are kube-proxy's

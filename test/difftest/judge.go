@@ -51,7 +51,7 @@ func judge(sc *Scenario, mode string, probes []Probe, runs map[string]map[string
 			r.Noise = append(r.Noise, Disagreement{Probe: p, KubeProxy: kp, Other: again})
 		case kp.String() == weir.String():
 		default:
-			d := Disagreement{Probe: p, KubeProxy: kp, Other: weir, Why: deliberate(sc, mode, p, kp, weir)}
+			d := Disagreement{Probe: p, KubeProxy: kp, Other: weir, Why: deliberate(sc, p, kp, weir)}
 			if d.Why == "" {
 				r.Diffs = append(r.Diffs, d)
 			} else {
