@@ -142,7 +142,7 @@ func (t *tracer) forwarding(dest backends.Destination, svc *plan.Service, fw bac
 func (t *tracer) masquerade(dest backends.Destination, svc *plan.Service, from source, shortCircuit bool, eps map[netip.AddrPort]uint32) string {
 	hairpin := ""
 	for ap := range eps {
-		if ap.Addr() == t.in.From.Unmap() {
+		if ap.Addr() == t.in.From.Unmap() && (t.in.Mode == "iptables" || onThisNode(svc, ap.Addr())) {
 			hairpin = fmt.Sprintf("; a connection that lands on %s itself is masqueraded (hairpin)", t.in.From)
 		}
 	}
@@ -153,6 +153,19 @@ func (t *tracer) masquerade(dest backends.Destination, svc *plan.Service, from s
 		return "masqueraded: the endpoint sees this node's address" + hairpin
 	}
 	return fmt.Sprintf("not masqueraded: the endpoint sees %s (externalTrafficPolicy Local keeps the client's address)", t.in.From) + hairpin
+}
+
+// onThisNode reports whether the service's endpoint at addr runs on this
+// node: in modes nftables and ipvs only those are masqueraded when they
+// reach themselves, as in kube-proxy's (its iptables mode, and Weir's,
+// masquerade every endpoint that does).
+func onThisNode(svc *plan.Service, addr netip.Addr) bool {
+	for _, e := range svc.Endpoints {
+		if e.Address == addr && e.Local {
+			return true
+		}
+	}
+	return false
 }
 
 // clusterMasquerade is the cluster-IP rule: masqueradeAll, or traffic the

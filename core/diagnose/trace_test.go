@@ -79,3 +79,20 @@ func TestTrace(t *testing.T) {
 		})
 	}
 }
+
+// TestTraceHairpinOnlyOnThisNode checks that in mode nftables a pod the
+// slices place elsewhere is not told its connection to itself is
+// masqueraded, and in mode iptables it is.
+func TestTraceHairpinOnlyOnThisNode(t *testing.T) {
+	for mode, want := range map[string]bool{"nftables": false, "iptables": true} {
+		got := Trace(TraceInput{From: netip.MustParseAddr("10.244.1.12"), To: netip.MustParseAddrPort("10.96.0.10:80"), Protocol: plan.TCP,
+			Plan: tracePlan(), Mode: mode, Detector: backends.DetectClusterCIDR, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}})
+		var msgs []string
+		for _, f := range got {
+			msgs = append(msgs, f.Message)
+		}
+		if has := strings.Contains(strings.Join(msgs, "\n"), "(hairpin)"); has != want {
+			t.Errorf("mode %s: hairpin said %v, want %v:\n%s", mode, has, want, strings.Join(msgs, "\n"))
+		}
+	}
+}
