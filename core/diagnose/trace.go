@@ -142,7 +142,7 @@ func (t *tracer) forwarding(dest backends.Destination, svc *plan.Service, fw bac
 func (t *tracer) masquerade(dest backends.Destination, svc *plan.Service, from source, shortCircuit bool, eps map[netip.AddrPort]uint32) string {
 	hairpin := ""
 	for ap := range eps {
-		if ap.Addr() == t.in.From.Unmap() && (t.in.Mode == "iptables" || onThisNode(svc, ap.Addr())) {
+		if ap.Addr() == t.in.From.Unmap() && (t.in.Mode != "nftables" || onThisNode(svc, ap.Addr())) {
 			hairpin = fmt.Sprintf("; a connection that lands on %s itself is masqueraded (hairpin)", t.in.From)
 		}
 	}
@@ -156,9 +156,9 @@ func (t *tracer) masquerade(dest backends.Destination, svc *plan.Service, from s
 }
 
 // onThisNode reports whether the service's endpoint at addr runs on this
-// node: in modes nftables and ipvs only those are masqueraded when they
-// reach themselves, as in kube-proxy's (its iptables mode, and Weir's,
-// masquerade every endpoint that does).
+// node: in mode nftables only those are masqueraded when they reach
+// themselves, as in kube-proxy's (modes iptables and ipvs masquerade every
+// endpoint that does).
 func onThisNode(svc *plan.Service, addr netip.Addr) bool {
 	for _, e := range svc.Endpoints {
 		if e.Address == addr && e.Local {
