@@ -73,6 +73,11 @@ type Backend struct {
 	// node's addresses they were picked with.
 	nodePorts []netip.Addr
 	nodeAddrs []netip.Addr
+	// nodeIPs are the node's IPs (IPv4, IPv6) the source-range entries
+	// were computed with, and ranged the services whose entries depend on
+	// them (serviceState.ranged): a new node IP syncs only those.
+	nodeIPs [2]netip.Addr
+	ranged  map[plan.Key]bool
 
 	stop, done chan struct{}
 }
@@ -149,10 +154,17 @@ func (b *Backend) reset() {
 	b.marks = newMarks()
 	b.addrRefs = map[netip.Addr]int{}
 	b.nodePorts, b.nodeAddrs = nil, nil
+	b.nodeIPs = [2]netip.Addr{}
 }
 
 // setServices replaces the state of every service.
 func (b *Backend) setServices(s map[plan.Key]*serviceState) {
+	b.ranged = map[plan.Key]bool{}
+	for k, st := range s {
+		if st.ranged {
+			b.ranged[k] = true
+		}
+	}
 	b.view.Lock()
 	b.services = s
 	b.view.Unlock()
@@ -160,6 +172,11 @@ func (b *Backend) setServices(s map[plan.Key]*serviceState) {
 
 // setService replaces the state of one service (nil: it has none).
 func (b *Backend) setService(key plan.Key, st *serviceState) {
+	if st != nil && st.ranged {
+		b.ranged[key] = true
+	} else {
+		delete(b.ranged, key)
+	}
 	b.view.Lock()
 	defer b.view.Unlock()
 	if st == nil {

@@ -74,7 +74,7 @@ func TestKernelHandBack(t *testing.T) {
 	wantHandedBack(t, topo, b)
 	for _, line := range []string{
 		`what="IPVS masquerade chains" removed="iptables-legacy nat WEIR-IPVS-SERVICES,`,
-		`ip6tables-legacy mangle WEIR-IPVS-SHORT-CIRCUIT, iptables-nft nat WEIR-IPVS-SERVICES, ip6tables-nft nat WEIR-IPVS-SERVICES"`,
+		`ip6tables-legacy mangle WEIR-IPVS-NODE-FIREWALL, iptables-nft nat WEIR-IPVS-SERVICES, ip6tables-nft nat WEIR-IPVS-SERVICES"`,
 		`what="IPVS ipsets" removed="WEIR-IPVS-CLUSTER-IP,`,
 		`what="IPVS firewall-mark virtual servers" removed="FWM 65536 IPv4"`,
 		`what="IPVS interface" removed=` + DefaultInterface,

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/weirproxy/weir/backends"
 	"github.com/weirproxy/weir/sdk/plan"
 )
 
@@ -38,7 +39,10 @@ const (
 	// loadBalancerSourceRanges.
 	setFirewall = "WEIR-IPVS-FIREWALL"
 	// setSourceRanges holds load-balancer IP, protocol and port, allowed
-	// source range: what setFirewall's destinations accept.
+	// source range: what setFirewall's destinations accept. When a range
+	// holds the node's IP, each load-balancer IP of the service is an
+	// allowed source too: the node's own connections to an address on
+	// Weir's interface leave from that address.
 	setSourceRanges = "WEIR-IPVS-SOURCE-RANGES"
 	// setSuffix6 ends the names of the IPv6 sets.
 	setSuffix6 = "-6"
@@ -115,8 +119,9 @@ func (e setEntry) compare(o setEntry) int {
 // masqEntries returns the set entries one service needs for the virtual
 // servers it owns (st, after claim): each virtual server is a cluster IP,
 // a node port or an external (or load-balancer) IP, and each real server
-// may reach itself through it.
-func masqEntries(svc *plan.Service, st *serviceState) []setEntry {
+// may reach itself through it. node is the plan's node, whose IPs decide
+// whether the node's own connections pass source ranges.
+func masqEntries(svc *plan.Service, st *serviceState, node plan.Node) []setEntry {
 	if svc == nil || st == nil {
 		return nil
 	}
@@ -131,7 +136,7 @@ func masqEntries(svc *plan.Service, st *serviceState) []setEntry {
 			for _, e := range destEntries(svc, k) {
 				add(e)
 			}
-			for _, e := range filterEntries(svc, k, st.servers[k]) {
+			for _, e := range filterEntries(svc, k, st.servers[k], backends.NodeIP(node, k.addr.Is6())) {
 				add(e)
 			}
 		}
@@ -164,9 +169,11 @@ func destEntries(svc *plan.Service, k vsKey) []setEntry {
 // server k of svc: a drop entry when k has no real server to send new
 // connections to although svc has endpoints of k's family (elsewhere, as
 // its traffic policy is Local), and the firewall entries of a
-// load-balancer IP with source ranges. A service without any endpoint of
-// the family needs nothing: IPVS refuses its connections itself.
-func filterEntries(svc *plan.Service, k vsKey, vs *virtualServer) []setEntry {
+// load-balancer IP with source ranges (backends.NodeSources adds the
+// load-balancer IPs when one holds nodeIP, the node's IP of k's family). A
+// service without any endpoint of the family needs no drop entry: IPVS
+// refuses its connections itself.
+func filterEntries(svc *plan.Service, k vsKey, vs *virtualServer, nodeIP netip.Addr) []setEntry {
 	f := familyOf(k.addr)
 	var out []setEntry
 	if !vs.accepts() && slices.ContainsFunc(svc.Endpoints, func(e plan.Endpoint) bool { return familyOf(e.Address.Unmap()) == f }) {
@@ -176,7 +183,7 @@ func filterEntries(svc *plan.Service, k vsKey, vs *virtualServer) []setEntry {
 		return out
 	}
 	var allowed []setEntry
-	for _, r := range svc.SourceRanges {
+	for _, r := range append(slices.Clone(svc.SourceRanges), backends.NodeSources(svc, nodeIP)...) {
 		a := r.Addr().Unmap()
 		if familyOf(a) != f {
 			continue

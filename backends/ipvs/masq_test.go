@@ -47,11 +47,11 @@ WEIR-IPVS-HAIRPIN-6 fd00:10:244::11,TCP:8080,fd00:10:244::11`}, {sctp, `WEIR-IPV
 WEIR-IPVS-EXTERNAL 172.30.0.1,SCTP:30009
 WEIR-IPVS-HAIRPIN 10.244.0.11,SCTP:9,10.244.0.11`}} {
 		st := desiredService(tc.svc, nodeIPs, "rr", 0)
-		if got := entryLines(masqEntries(tc.svc, st)); got != tc.want {
+		if got := entryLines(masqEntries(tc.svc, st, plan.Node{})); got != tc.want {
 			t.Errorf("%s: got\n%s\nwant\n%s", tc.svc.Key, got, tc.want)
 		}
 	}
-	if got := masqEntries(nil, nil); got != nil {
+	if got := masqEntries(nil, nil, plan.Node{}); got != nil {
 		t.Errorf("deleted service: got %v", got)
 	}
 }

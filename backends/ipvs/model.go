@@ -113,6 +113,8 @@ type serviceState struct {
 	// marks are the destinations whose node and pod traffic goes to the
 	// service's firewall-mark virtual servers, with the mark.
 	marks []markRule
+	// ranged is set when entries depend on the node's IP (isRanged).
+	ranged bool
 }
 
 // keys returns the service's virtual server keys in order.

@@ -223,7 +223,7 @@ func (s *snapshot) forwarding(k vsKey) backends.Forwarding {
 	case len(eps) > 0:
 		f.Verdict, f.Endpoints, f.AffinitySeconds = backends.VerdictForward, eps, vs.persistence
 	}
-	if rules.filterOK && s.has(destOf(setFirewall, k)) {
+	if rules.filterOK && rules.nodeFirewallOK && s.has(destOf(setFirewall, k)) {
 		f.Allowed = s.allowed(k)
 	}
 	f.ShortCircuit = s.shortCircuit(k)

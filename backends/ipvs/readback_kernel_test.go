@@ -17,14 +17,16 @@ import (
 // services with source ranges and a short circuit, tampers with the
 // filter, mangle and IPVS parts one at a time, and checks that the
 // read-back names each service and field, and that a full sync makes it
-// match the plan again.
+// match the plan again. The ranges hold the node's IP, so the node's own
+// connections, which leave from the load-balancer IP, get in.
 func TestKernelReadBackNamesTampering(t *testing.T) {
 	f := newRepairFixture(t, FlavourNFT)
 	lb := service("lb", plan.TCP, 80, 30090, []string{"10.96.0.30"}, localEP(podA.String(), podPort), podEP(podB, 1))
 	lb.ExternalLocal = true
 	lb.Scheduler = plan.SchedulerWeightedRoundRobin
 	lb.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("198.51.100.5")}
-	lb.SourceRanges = []netip.Prefix{netip.PrefixFrom(f.topo.ClientIP, 32)}
+	lb.SourceRanges = []netip.Prefix{netip.PrefixFrom(f.topo.ClientIP, 32), netip.PrefixFrom(f.topo.NodeIP, 32)}
+	f.p.Node.Addresses = []netip.Addr{f.topo.NodeIP}
 	remote := service("remote", plan.TCP, 80, 30091, []string{"10.96.0.31"}, podEP(podC, 1))
 	remote.ExternalLocal = true
 	remote.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.0.2.31")}
@@ -45,7 +47,7 @@ func TestKernelReadBackNamesTampering(t *testing.T) {
 		{"filter jump deleted", func(t *testing.T) {
 			f.iptables(t, 4, "-D", "INPUT", "-m", "comment", "--comment", "weir IPVS source ranges and Local-policy drops", "-j", chainFilter)
 		}, []string{
-			"default/lb:p/TCP (external IP 198.51.100.5:80/TCP): source ranges: want 172.30.0.2/32, got everyone",
+			"default/lb:p/TCP (external IP 198.51.100.5:80/TCP): source ranges: want 172.30.0.1/32 172.30.0.2/32 198.51.100.5/32, got everyone",
 			"default/remote:p/TCP (external IP 192.0.2.31:80/TCP): verdict: want drop, got reject",
 			"anomaly: IPv4 filter chain INPUT does not jump to WEIR-IPVS-FILTER",
 		}},

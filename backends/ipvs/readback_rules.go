@@ -20,6 +20,10 @@ type familyRules struct {
 	// filterOK says that INPUT jumps to the filter chain and the chain
 	// holds Weir's rules: the drop and firewall sets take effect.
 	filterOK bool
+	// nodeFirewallOK says that mangle OUTPUT jumps to the chain checking
+	// the node's own connections against source ranges, and it is
+	// intact: with filterOK, the source ranges hold for every source.
+	nodeFirewallOK bool
 	// shortCircuitOK says that the mangle chains leading to the
 	// short-circuit rules are intact.
 	shortCircuitOK bool
@@ -123,6 +127,7 @@ func checkRules(f int, got map[string]savedTable, want map[string][]byte, skip m
 	}
 	r := &familyRules{
 		filterOK:       !broken[chainFilter],
+		nodeFirewallOK: !broken[chainNodeFirewall],
 		shortCircuitOK: !broken[chainMarkPods] && !broken[chainMarkNode] && !broken[chainShortCircuit],
 		marks:          map[vsKey]uint32{},
 	}

@@ -30,7 +30,7 @@ func modelled(t *testing.T, o backends.Common, p *plan.Plan) (*Backend, *snapsho
 		s.sets[set.name] = map[setEntry]bool{}
 	}
 	for _, f := range []int{4, 6} {
-		s.rules[f] = &familyRules{filterOK: true, shortCircuitOK: true, marks: map[vsKey]uint32{}}
+		s.rules[f] = &familyRules{filterOK: true, nodeFirewallOK: true, shortCircuitOK: true, marks: map[vsKey]uint32{}}
 	}
 	for _, st := range b.services {
 		for _, e := range st.entries {
@@ -133,6 +133,8 @@ func TestReadBackModelNamesDamage(t *testing.T) {
 			"default/remote:p/TCP (external IP 192.0.2.10:80/TCP): verdict: want drop, got reject"},
 		{"filter broken", func(s *snapshot) { s.rules[4].filterOK = false },
 			"default/lb:p/TCP (external IP 198.51.100.5:80/TCP): source ranges: want 203.0.113.0/24, got everyone"},
+		{"node firewall broken", func(s *snapshot) { s.rules[4].nodeFirewallOK = false },
+			"default/lb:p/TCP (external IP 198.51.100.5:80/TCP): source ranges: want 203.0.113.0/24, got everyone"},
 		{"source range gone", func(s *snapshot) { s.sets[setSourceRanges] = map[setEntry]bool{} },
 			"source ranges: want 203.0.113.0/24, got nobody"},
 		{"mark rule gone", func(s *snapshot) { s.rules[4].marks = map[vsKey]uint32{} },
@@ -187,8 +189,8 @@ func TestCheckRules(t *testing.T) {
 
 	bad := &anomalies{}
 	r := checkRules(4, savedFrom(renderRules(4, o, plan.Node{}, marks)), want, nil, bad)
-	if len(bad.lines()) > 0 || !r.filterOK || !r.shortCircuitOK {
-		t.Errorf("intact rules: anomalies %q, filter %v, short circuit %v", bad.lines(), r.filterOK, r.shortCircuitOK)
+	if len(bad.lines()) > 0 || !r.filterOK || !r.nodeFirewallOK || !r.shortCircuitOK {
+		t.Errorf("intact rules: anomalies %q, filter %v, node firewall %v, short circuit %v", bad.lines(), r.filterOK, r.nodeFirewallOK, r.shortCircuitOK)
 	}
 	wantMarks := map[vsKey]uint32{
 		{addr: netip.MustParseAddr("198.51.100.5"), proto: plan.TCP, port: 80}:   markBase,
@@ -211,6 +213,15 @@ func TestCheckRules(t *testing.T) {
 	}
 	if !slices.Equal(bad.lines(), wantLines) || r.filterOK || r.shortCircuitOK {
 		t.Errorf("broken rules: anomalies\n%s\nwant\n%s\nfilter %v, short circuit %v", strings.Join(bad.lines(), "\n"), strings.Join(wantLines, "\n"), r.filterOK, r.shortCircuitOK)
+	}
+
+	// Without the jump checking the node's own connections, the ranges
+	// do not hold, whatever INPUT does.
+	nodeJump := jumps[slices.IndexFunc(jumps, func(j jump) bool { return j.to == chainNodeFirewall })]
+	bad = &anomalies{}
+	r = checkRules(4, savedFrom(renderRules(4, o, plan.Node{}, marks), nodeJump), want, nil, bad)
+	if r.nodeFirewallOK || !r.filterOK || !slices.Equal(bad.lines(), []string{"IPv4 mangle chain OUTPUT does not jump to WEIR-IPVS-NODE-FIREWALL"}) {
+		t.Errorf("no jump to %s: node firewall %v, filter %v, anomalies %q", chainNodeFirewall, r.nodeFirewallOK, r.filterOK, bad.lines())
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 // The chains of the fixed iptables layer: four in the nat table, one in
-// the filter table.
+// the filter table, four in the mangle table.
 const (
 	// chainServices, jumped to from PREROUTING and OUTPUT, marks the
 	// packets to service addresses that must be masqueraded.
@@ -34,6 +34,13 @@ const (
 	chainMarkPods     = "WEIR-IPVS-MARK-PODS"
 	chainMarkNode     = "WEIR-IPVS-MARK-NODE"
 	chainShortCircuit = "WEIR-IPVS-SHORT-CIRCUIT"
+	// chainNodeFirewall, in the mangle table and jumped to from OUTPUT,
+	// drops the node's own new connections that source ranges refuse.
+	// IPVS takes them in LOCAL_OUT, before the filter table's OUTPUT and
+	// without passing INPUT, so only mangle sees them still headed for
+	// the load-balancer IP (kube-proxy's IPVS mode drops them after IPVS,
+	// matching the virtual server with -m ipvs).
+	chainNodeFirewall = "WEIR-IPVS-NODE-FIREWALL"
 )
 
 // The masquerade mark, kube-proxy's bit, as the other backends use it.
@@ -53,7 +60,7 @@ var layerChains = []struct {
 }{
 	{"nat", []string{chainServices, chainClusterIP, chainMarkMasq, chainPostrouting}},
 	{"filter", []string{chainFilter}},
-	{"mangle", []string{chainMarkPods, chainMarkNode, chainShortCircuit}},
+	{"mangle", []string{chainMarkPods, chainMarkNode, chainShortCircuit, chainNodeFirewall}},
 }
 
 // jump is a rule in a built-in chain sending packets to one of the
@@ -70,6 +77,7 @@ var jumps = []jump{
 	{"filter", "INPUT", chainFilter, "weir IPVS source ranges and Local-policy drops"},
 	{"mangle", "PREROUTING", chainMarkPods, "weir IPVS pod traffic to Local services"},
 	{"mangle", "OUTPUT", chainMarkNode, "weir IPVS node traffic to Local services"},
+	{"mangle", "OUTPUT", chainNodeFirewall, "weir IPVS source ranges for the node's own connections"},
 }
 
 func (j jump) spec() []string {
@@ -115,13 +123,20 @@ func renderRules(f int, o *backends.Common, node plan.Node, marks []markRule) []
 	rule(chainPostrouting, "-j MASQUERADE --random-fully")
 	b.WriteString("COMMIT\n")
 	declare(layerChains[1].table, layerChains[1].chains)
-	newConn := "-m conntrack --ctstate NEW"
-	rule(chainFilter, newConn, match(setFirewall, "dst,dst"), "-m set ! --match-set", familySet(setSourceRanges, f), "dst,dst,src", "-j DROP")
+	rule(chainFilter, firewallDrop(f))
 	rule(chainFilter, "-m mark --mark", markMatch, "-j RETURN")
-	rule(chainFilter, newConn, match(setDrop, "dst,dst"), "-j DROP")
+	rule(chainFilter, "-m conntrack --ctstate NEW", match(setDrop, "dst,dst"), "-j DROP")
 	b.WriteString("COMMIT\n")
 	b.WriteString(renderMangle(f, o, node, marks))
 	return []byte(b.String())
+}
+
+// firewallDrop is the rule of family f that drops new connections to a
+// WEIR-IPVS-FIREWALL destination from a source WEIR-IPVS-SOURCE-RANGES
+// does not allow it.
+func firewallDrop(f int) string {
+	return "-m conntrack --ctstate NEW -m set --match-set " + familySet(setFirewall, f) + " dst,dst -m set ! --match-set " +
+		familySet(setSourceRanges, f) + " dst,dst,src -j DROP"
 }
 
 // renderEmpty returns the iptables-restore input that declares every

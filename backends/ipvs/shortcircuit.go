@@ -125,13 +125,16 @@ func inMarkRange(mark uint32) bool { return mark >= markBase && mark < markBase+
 // renderMangle returns the mangle table of family f: node traffic, and
 // pod traffic as the local traffic detector recognises it, to a Local
 // service's external destination goes to chainShortCircuit, where one
-// rule per destination of rules sets its service's mark.
+// rule per destination of rules sets its service's mark; and
+// chainNodeFirewall checks the node's own connections against source
+// ranges.
 func renderMangle(f int, o *backends.Common, node plan.Node, rules []markRule) string {
 	var b strings.Builder
 	b.WriteString("*mangle\n")
-	for _, c := range []string{chainMarkPods, chainMarkNode, chainShortCircuit} {
+	for _, c := range layerChains[2].chains {
 		b.WriteString(":" + c + " - [0:0]\n")
 	}
+	fmt.Fprintf(&b, "-A %s %s\n", chainNodeFirewall, firewallDrop(f))
 	toLocal := "-m set --match-set " + familySet(setExternalLocal, f) + " dst,dst -j " + chainShortCircuit
 	pods, _ := podMatches(f, o, node)
 	for _, m := range pods {

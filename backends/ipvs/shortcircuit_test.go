@@ -102,6 +102,8 @@ func TestRenderMangle(t *testing.T) {
 :WEIR-IPVS-MARK-PODS - [0:0]
 :WEIR-IPVS-MARK-NODE - [0:0]
 :WEIR-IPVS-SHORT-CIRCUIT - [0:0]
+:WEIR-IPVS-NODE-FIREWALL - [0:0]
+-A WEIR-IPVS-NODE-FIREWALL -m conntrack --ctstate NEW -m set --match-set WEIR-IPVS-FIREWALL dst,dst -m set ! --match-set WEIR-IPVS-SOURCE-RANGES dst,dst,src -j DROP
 -A WEIR-IPVS-MARK-PODS -s 10.244.0.0/16 -m set --match-set WEIR-IPVS-EXTERNAL-LOCAL dst,dst -j WEIR-IPVS-SHORT-CIRCUIT
 -A WEIR-IPVS-MARK-NODE -m set --match-set WEIR-IPVS-EXTERNAL-LOCAL dst,dst -j WEIR-IPVS-SHORT-CIRCUIT
 -A WEIR-IPVS-SHORT-CIRCUIT -d 198.51.100.5/32 -p tcp -m tcp --dport 80 -j MARK --set-xmark 0x10000/0xffffffff
@@ -132,12 +134,19 @@ WEIR-IPVS-FIREWALL 198.51.100.5,TCP:80
 WEIR-IPVS-HAIRPIN 10.244.1.12,TCP:8080,10.244.1.12
 WEIR-IPVS-SOURCE-RANGES 198.51.100.5,TCP:80,10.244.0.0/24
 WEIR-IPVS-SOURCE-RANGES 198.51.100.5,TCP:80,172.30.0.0/24`
-	if got := entryLines(masqEntries(lb, st)); got != want {
+	if got := entryLines(masqEntries(lb, st, plan.Node{})); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	// A range holds the node's IP: the load-balancer IP, the source of the
+	// node's own connections to it, is allowed too.
+	node := plan.Node{Addresses: []netip.Addr{netip.MustParseAddr("172.30.0.1")}}
+	want += "\nWEIR-IPVS-SOURCE-RANGES 198.51.100.5,TCP:80,198.51.100.5/32"
+	if got := entryLines(masqEntries(lb, st, node)); got != want {
+		t.Errorf("node in a range: got\n%s\nwant\n%s", got, want)
 	}
 	// A /0 of the family allows everything: no firewall entries.
 	lb.SourceRanges = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
-	for _, e := range masqEntries(lb, st) {
+	for _, e := range masqEntries(lb, st, node) {
 		if e.set == setFirewall || e.set == setSourceRanges {
 			t.Errorf("0.0.0.0/0 allowed: unexpected %s", e)
 		}
@@ -145,7 +154,7 @@ WEIR-IPVS-SOURCE-RANGES 198.51.100.5,TCP:80,172.30.0.0/24`
 	// No endpoint at all: IPVS refuses by itself, nothing is dropped.
 	lb.Endpoints = nil
 	st = desiredService(lb, nodeIPs[:1], "rr", 0)
-	for _, e := range masqEntries(lb, st) {
+	for _, e := range masqEntries(lb, st, plan.Node{}) {
 		if e.set == setDrop {
 			t.Errorf("no endpoints: unexpected %s", e)
 		}

@@ -131,7 +131,7 @@ func (b *Backend) desiredAll(p *plan.Plan) map[vsKey]*virtualServer {
 		if st == nil {
 			continue
 		}
-		st.entries = masqEntries(p.Services[key], st)
+		st.entries, st.ranged = masqEntries(svc, st, p.Node), isRanged(svc)
 		services[key] = st
 		maps.Copy(want, st.servers)
 		for _, a := range st.addrs {
@@ -139,6 +139,7 @@ func (b *Backend) desiredAll(p *plan.Plan) map[vsKey]*virtualServer {
 		}
 	}
 	b.setServices(services)
+	b.nodeIPs = nodeIPsOf(p.Node)
 	return want
 }
 
@@ -166,30 +167,51 @@ func (b *Backend) claim(key plan.Key, st *serviceState) *serviceState {
 
 // partialSync applies the changed services' differences to what was
 // programmed, reading nothing back, and rewrites the short-circuit rules
-// when they changed.
+// when they changed. When the node's IP changed, the services with source
+// ranges are synced too: their allowed sources depend on it.
 func (b *Backend) partialSync(ctx context.Context, p *plan.Plan, changed []plan.Key) error {
 	link, err := b.nl.LinkByName(b.opts.Interface)
 	if err != nil {
 		return fmt.Errorf("ipvs: find interface %s: %w", b.opts.Interface, err)
 	}
+	ips := nodeIPsOf(p.Node)
+	if ips != b.nodeIPs {
+		changed = append(slices.Clone(changed), slices.Collect(maps.Keys(b.ranged))...)
+	}
 	var errs []error
 	for _, key := range uniqueKeys(changed) {
-		errs = append(errs, b.syncService(link, key, p.Services[key]))
+		errs = append(errs, b.syncService(link, key, p.Services[key], p.Node))
 	}
 	errs = append(errs, b.masq.writeMarks(ctx, &b.opts.Common, p.Node))
-	return firstOf(errs)
+	err = firstOf(errs)
+	if err == nil {
+		b.nodeIPs = ips
+	}
+	return err
+}
+
+// nodeIPsOf returns the node's IPv4 and IPv6 IP as the source ranges see
+// them (backends.NodeIP).
+func nodeIPsOf(n plan.Node) [2]netip.Addr {
+	return [2]netip.Addr{backends.NodeIP(n, false), backends.NodeIP(n, true)}
+}
+
+// isRanged reports whether svc's load-balancer IPs have source ranges:
+// its set entries then depend on the node's IP.
+func isRanged(svc *plan.Service) bool {
+	return svc != nil && len(svc.SourceRanges) > 0 && len(svc.LoadBalancerIPs) > 0
 }
 
 // syncService moves one service from its last applied state to svc's
-// (nil: deleted).
-func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service) error {
+// (nil: deleted) on node.
+func (b *Backend) syncService(link netlink.Link, key plan.Key, svc *plan.Service, node plan.Node) error {
 	old := b.services[key]
 	for _, k := range old.keys() {
 		delete(b.owner, k)
 	}
 	st := b.claim(key, desiredService(svc, b.nodePorts, b.opts.Scheduler, b.marks.forService(key, svc)))
 	if st != nil {
-		st.entries = masqEntries(svc, st)
+		st.entries, st.ranged = masqEntries(svc, st, node), isRanged(svc)
 	}
 	var errs []error
 	for _, a := range addrsOf(st) {
