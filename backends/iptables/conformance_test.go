@@ -16,7 +16,7 @@ import (
 // sync the rules are read back (ReadBack) and must do what the plan
 // expects (Expected): the rows' plans exercise the read-back too.
 func TestConformance(t *testing.T) {
-	conformance.RunFlavours(t, []string{flavourLegacy, flavourNFT}, func(fl string) conformance.NewBackend {
+	conformance.RunFlavours(t, conformance.IPTables, []string{flavourLegacy, flavourNFT}, func(fl string) conformance.NewBackend {
 		return func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
 			b, err := New(Options{Common: backends.Common{NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll}, Flavour: fl})
 			if err != nil {

@@ -14,7 +14,7 @@ import (
 // its rule layer (go test -run 'TestConformance/nft/' picks one). After
 // every sync the kernel is read back and compared with the plan.
 func TestConformance(t *testing.T) {
-	conformance.RunFlavours(t, []string{FlavourLegacy, FlavourNFT}, func(fl string) conformance.NewBackend {
+	conformance.RunFlavours(t, conformance.IPVS, []string{FlavourLegacy, FlavourNFT}, func(fl string) conformance.NewBackend {
 		return func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
 			b, err := New(Options{Common: backends.Common{NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll}, Flavour: fl})
 			if err != nil {

@@ -13,7 +13,7 @@ import (
 // TestConformance runs the shared kernel conformance table against this
 // backend, reading the kernel back after every sync.
 func TestConformance(t *testing.T) {
-	conformance.Run(t, func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
+	conformance.Run(t, conformance.NFTables, func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
 		b, err := New(Options{Common: backends.Common{NetNS: fd, ClusterCIDRs: opts.ClusterCIDRs, MasqueradeAll: opts.MasqueradeAll}})
 		if err != nil {
 			t.Fatal(err)

@@ -20,7 +20,8 @@ import (
 // that proxy's actual behaviour, not against a reading of its docs.
 type External interface {
 	// Name names the proxy and its mode as Differences name it, e.g.
-	// "kube-proxy/nftables".
+	// "kube-proxy/nftables"; the part after the slash is the Mode whose
+	// wants it must meet (Probe.ByMode).
 	Name() string
 	// Start creates objs in the cluster (Services, EndpointSlices and the
 	// Node NodeName, as *corev1.Service, *discoveryv1.EndpointSlice and
@@ -57,9 +58,13 @@ func (d Difference) matches(name string) bool {
 	return d.Proxy == name || strings.HasPrefix(name, d.Proxy+"/")
 }
 
-// forProxy returns the probe as the proxy named name must pass it: with a
-// Difference's want and source in place of its own when one matches.
+// forProxy returns the probe as the proxy named name must pass it: with
+// the want of its mode (the name's part after the slash; see forMode),
+// then with a Difference's want and source in place of that when one
+// matches.
 func (p Probe) forProxy(name string) Probe {
+	_, mode, _ := strings.Cut(name, "/")
+	p = p.forMode(Mode(mode))
 	for _, d := range p.Differs {
 		if d.matches(name) {
 			p.Want, p.Source, p.Differs = d.Want, d.Source, nil

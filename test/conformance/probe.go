@@ -51,6 +51,11 @@ type Probe struct {
 	// masqueraded), "self" (the prober's own address: kept), or "" (not
 	// checked).
 	Source string
+	// ByMode lists the modes that give something else than Want, where
+	// kube-proxy's own modes differ and Weir's backend of each mode does
+	// as kube-proxy in that mode: the backend under test, or kube-proxy in
+	// RunExternal, must meet the want of its mode. Differs applies after.
+	ByMode []ModeWant
 	// Differs lists other proxies that give something else on purpose:
 	// deliberate differences of Weir's, each explained in
 	// docs/semantics.md. Weir must meet Want; RunExternal checks each
@@ -58,8 +63,31 @@ type Probe struct {
 	Differs []Difference
 }
 
+// ModeWant is what one mode gives for a probe instead of its Want.
+type ModeWant struct {
+	Mode Mode
+	// Want and Source replace the probe's.
+	Want   Want
+	Source string
+	// Why says in a few words why the modes differ.
+	Why string
+}
+
+// forMode returns the probe as a proxy of the given mode must pass it:
+// with its mode's want and source in place of its own, when ByMode has
+// one.
+func (p Probe) forMode(m Mode) Probe {
+	for _, w := range p.ByMode {
+		if w.Mode == m {
+			p.Want, p.Source = w.Want, w.Source
+		}
+	}
+	p.ByMode = nil
+	return p
+}
+
 // Want is the expected outcome of a probe; build it with Pods or OneOf, or
-// use Refused, Dropped or Unanswered.
+// use Refused, RefusedAtSend, Dropped or Unanswered.
 type Want struct {
 	kind wantKind
 	pods []string
@@ -71,6 +99,7 @@ const (
 	wantPods wantKind = iota
 	wantOneOf
 	wantRefused
+	wantRefusedAtSend
 	wantDropped
 	wantUnanswered
 )
@@ -86,8 +115,15 @@ func OneOf(names ...string) Want { return Want{kind: wantOneOf, pods: names} }
 // The outcomes of probes that no pod answers.
 var (
 	// Refused expects every attempt to be actively refused (TCP reset or
-	// ICMP port unreachable), as for a service without endpoints.
+	// ICMP port unreachable), as for a service without endpoints, once
+	// sent: a UDP datagram the prober's own namespace rejects on its way
+	// out (the send fails with EPERM before the ICMP error arrives, as
+	// with a reject on the node's output path) does not count.
 	Refused = Want{kind: wantRefused}
+	// RefusedAtSend expects every UDP attempt to be refused on the
+	// prober's own output path: the send fails with EPERM, then the ICMP
+	// error arrives (IPVS refusing the node's own datagram, say).
+	RefusedAtSend = Want{kind: wantRefusedAtSend}
 	// Dropped expects every attempt to get nothing back within 300 ms: the
 	// packets are dropped.
 	Dropped = Want{kind: wantDropped}
@@ -105,6 +141,8 @@ func (w Want) String() string {
 		return "every answer from one pod of " + strings.Join(w.pods, ", ")
 	case wantRefused:
 		return "connection refused"
+	case wantRefusedAtSend:
+		return "connection refused as it is sent (EPERM, then the ICMP error)"
 	case wantDropped:
 		return "dropped (timeout)"
 	}
@@ -129,7 +167,9 @@ func (w Want) contradicts(o outcome) bool {
 	case wantPods, wantOneOf:
 		return o.err != nil || !slices.Contains(w.pods, o.answer.Pod)
 	case wantRefused:
-		return !errors.Is(o.err, netns.ErrRefused)
+		return !errors.Is(o.err, netns.ErrRefused) || errors.Is(o.err, netns.ErrSendRejected)
+	case wantRefusedAtSend:
+		return !errors.Is(o.err, netns.ErrRefused) || !errors.Is(o.err, netns.ErrSendRejected)
 	case wantDropped:
 		return !errors.Is(o.err, netns.ErrTimeout)
 	}
@@ -147,7 +187,7 @@ func (p Probe) count() int {
 		return p.Count
 	case p.Want.kind == wantPods, p.Want.kind == wantOneOf:
 		return max(20, 15*len(p.Want.pods))
-	case p.Want.kind == wantRefused:
+	case p.Want.kind == wantRefused, p.Want.kind == wantRefusedAtSend:
 		return 3
 	}
 	return 1
@@ -176,11 +216,12 @@ type outcome struct {
 	err    error
 }
 
-// probes runs a list of probes; prefix names the phase in messages.
+// probes runs a list of probes, each as the row's mode must pass it;
+// prefix names the phase in messages.
 func (r *rowRun) probes(t *testing.T, prefix string, list []Probe) {
 	t.Helper()
 	for _, p := range list {
-		r.probe(t, prefix, p)
+		r.probe(t, prefix, p.forMode(r.mode))
 	}
 }
 
@@ -311,6 +352,8 @@ func (p Probe) validate() error {
 		return fmt.Errorf("field Proto %q: want TCP or UDP", p.Proto)
 	case p.FromPort != 0 && p.proto() != UDP:
 		return errors.New("field FromPort is for UDP probes only")
+	case p.Want.kind == wantRefusedAtSend && p.proto() != UDP:
+		return errors.New("want RefusedAtSend is for UDP probes only: a TCP connect does not report the failed send")
 	case !slices.Contains([]string{"", "client", "node", "self"}, p.Source):
 		return fmt.Errorf("field Source %q: want client, node, self or empty", p.Source)
 	case p.Source != "" && p.Want.kind != wantPods && p.Want.kind != wantOneOf:
@@ -328,9 +371,30 @@ func (p Probe) validate() error {
 			return fmt.Errorf("field Differs[%d]: want the proxy and why Weir differs", i)
 		}
 		alt := p
-		alt.Want, alt.Source, alt.Differs = d.Want, d.Source, nil
+		alt.Want, alt.Source, alt.Differs, alt.ByMode = d.Want, d.Source, nil, nil
 		if err := alt.validate(); err != nil {
 			return fmt.Errorf("field Differs[%d]: %w", i, err)
+		}
+	}
+	return p.validateModes()
+}
+
+// validateModes checks the probe's ByMode entries: known modes, each once,
+// with a reason and a valid want.
+func (p Probe) validateModes() error {
+	for i, w := range p.ByMode {
+		switch {
+		case !slices.Contains(modes, w.Mode):
+			return fmt.Errorf("field ByMode[%d]: mode %q: want one of %v", i, w.Mode, modes)
+		case slices.ContainsFunc(p.ByMode[:i], func(o ModeWant) bool { return o.Mode == w.Mode }):
+			return fmt.Errorf("field ByMode[%d]: mode %s listed twice", i, w.Mode)
+		case w.Why == "":
+			return fmt.Errorf("field ByMode[%d]: want why mode %s differs", i, w.Mode)
+		}
+		alt := p
+		alt.Want, alt.Source, alt.Differs, alt.ByMode = w.Want, w.Source, nil, nil
+		if err := alt.validate(); err != nil {
+			return fmt.Errorf("field ByMode[%d]: %w", i, err)
 		}
 	}
 	return nil

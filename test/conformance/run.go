@@ -18,10 +18,11 @@
 // node-a is local, one on node-b is remote, although every pod namespace
 // hangs off the one node namespace and traffic physically reaches them all.
 //
-// A backend's test runs the table with Run:
+// A backend's test runs the table with Run, naming the proxy mode it
+// implements (see Mode):
 //
 //	func TestConformance(t *testing.T) {
-//		conformance.Run(t, func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
+//		conformance.Run(t, conformance.NFTables, func(t *testing.T, fd int, opts conformance.Options) backends.Backend {
 //			b, err := mybackend.New(fd, opts.ClusterCIDRs, opts.MasqueradeAll)
 //			if err != nil {
 //				t.Fatal(err)
@@ -73,6 +74,21 @@ type Options struct {
 	MasqueradeAll bool
 }
 
+// Mode is a proxy mode: Weir's backend of that name and kube-proxy in that
+// mode. A probe's want may depend on it where kube-proxy's modes differ
+// (Probe.ByMode).
+type Mode string
+
+// The modes, named as kube-proxy names them.
+const (
+	NFTables Mode = "nftables"
+	IPTables Mode = "iptables"
+	IPVS     Mode = "ipvs"
+)
+
+// modes lists every Mode.
+var modes = []Mode{NFTables, IPTables, IPVS}
+
 // NewBackend creates the backend under test, programming the network
 // namespace netnsFd; it fails the test itself when it cannot, and registers
 // its own cleanup (closing sockets and the like) with t. Rows run in
@@ -112,23 +128,25 @@ type Step struct {
 	Probes []Probe
 }
 
-// Run runs every row of the table, each as a parallel subtest.
-func Run(t *testing.T, newBackend NewBackend) {
-	RunRows(t, Rows(), newBackend)
+// Run runs every row of the table, each as a parallel subtest, against a
+// backend of the given mode.
+func Run(t *testing.T, mode Mode, newBackend NewBackend) {
+	RunRows(t, mode, Rows(), newBackend)
 }
 
 // RunFlavours runs every row once per flavour (iptables-nft and legacy,
 // say), each as a subtest named after the flavour; newBackend returns the
 // constructor for one flavour.
-func RunFlavours(t *testing.T, flavours []string, newBackend func(flavour string) NewBackend) {
+func RunFlavours(t *testing.T, mode Mode, flavours []string, newBackend func(flavour string) NewBackend) {
 	for _, fl := range flavours {
-		t.Run(fl, func(t *testing.T) { Run(t, newBackend(fl)) })
+		t.Run(fl, func(t *testing.T) { Run(t, mode, newBackend(fl)) })
 	}
 }
 
-// RunRows runs the given rows, each as a parallel subtest; a backend may use
-// it to run a subset of the table or rows of its own.
-func RunRows(t *testing.T, rows []Row, newBackend NewBackend) {
+// RunRows runs the given rows, each as a parallel subtest, against a
+// backend of the given mode; a backend may use it to run a subset of the
+// table or rows of its own.
+func RunRows(t *testing.T, mode Mode, rows []Row, newBackend NewBackend) {
 	names := map[string]bool{}
 	for _, r := range rows {
 		if names[r.Name] {
@@ -139,13 +157,15 @@ func RunRows(t *testing.T, rows []Row, newBackend NewBackend) {
 	for _, r := range rows {
 		t.Run(r.Name, func(t *testing.T) {
 			t.Parallel()
-			runRow(t, r, newBackend)
+			runRow(t, mode, r, newBackend)
 		})
 	}
 }
 
 // rowRun is the state of one running row.
 type rowRun struct {
+	// mode picks each probe's want (Probe.ByMode).
+	mode    Mode
 	topo    *netns.Topology
 	proxy   *proxy.Proxy
 	backend *recorder
@@ -153,7 +173,7 @@ type rowRun struct {
 	log     *warnings
 }
 
-func runRow(t *testing.T, r Row, newBackend NewBackend) {
+func runRow(t *testing.T, mode Mode, r Row, newBackend NewBackend) {
 	objs := prepareRow(t, r)
 	topo := netns.NewT(t, netns.Options{Pods: pods})
 	rec := &recorder{Backend: newBackend(t, topo.Node.Fd(), r.Options)}
@@ -166,6 +186,7 @@ func runRow(t *testing.T, r Row, newBackend NewBackend) {
 	}
 	t.Cleanup(func() { ct.Close() })
 	run := &rowRun{
+		mode:    mode,
 		topo:    topo,
 		backend: rec,
 		objects: newStore(),
@@ -240,11 +261,11 @@ func (r *rowRun) cleanup(t *testing.T, row Row) {
 		t.Errorf("backend cleanup: %v", err)
 		return
 	}
-	i := slices.IndexFunc(row.Probes, func(p Probe) bool { return len(p.Want.pods) > 0 })
+	i := slices.IndexFunc(row.Probes, func(p Probe) bool { return len(p.forMode(r.mode).Want.pods) > 0 })
 	if i < 0 {
 		return
 	}
-	p := row.Probes[i]
+	p := row.Probes[i].forMode(r.mode)
 	// A fresh flow: an old one would keep its translation in conntrack.
 	p.Count, p.Want, p.Source, p.FromPort = 1, Unanswered, "", 0
 	r.probe(t, "after Backend.Cleanup: ", p)

@@ -9,7 +9,8 @@ package conformance
 //
 // Rows are grouped by concern: cluster IPs and endpoints (table_cluster.go),
 // external addresses (table_external.go), traffic policies, masquerading and
-// topology (table_policy.go).
+// topology (table_policy.go), dual-stack (table_dualstack.go), and the
+// checks that refuse or drop instead of forwarding (table_checks.go).
 
 // Rows returns the conformance table, in a stable order; each call returns
 // fresh rows that the caller may change.
@@ -19,5 +20,6 @@ func Rows() []Row {
 	rows = append(rows, externalRows()...)
 	rows = append(rows, policyRows()...)
 	rows = append(rows, dualStackRows()...)
+	rows = append(rows, checkRows()...)
 	return rows
 }

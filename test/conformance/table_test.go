@@ -2,11 +2,14 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/weirproxy/weir/core/proxy"
+	"github.com/weirproxy/weir/test/netns"
 )
 
 // TestTableIsWellFormed checks every row without a kernel, so a broken row
@@ -86,5 +89,54 @@ func TestDifferences(t *testing.T) {
 		if err := p.validate(); err == nil {
 			t.Errorf("%+v: accepted", bad)
 		}
+	}
+}
+
+// TestByMode checks how a probe's per-mode wants apply: to Weir's backend
+// of the mode and to kube-proxy in that mode, before any Difference; and
+// that a bad entry is refused.
+func TestByMode(t *testing.T) {
+	p := Probe{From: "client", To: "10.96.0.10:80", Want: Refused,
+		ByMode:  []ModeWant{{Mode: NFTables, Want: Dropped, Why: "an example"}},
+		Differs: []Difference{{Proxy: "other/iptables", Want: Pods("pod-a"), Why: "an example"}}}
+	if err := p.validate(); err != nil {
+		t.Fatal(err)
+	}
+	for mode, want := range map[Mode]Want{NFTables: Dropped, IPTables: Refused, IPVS: Refused} {
+		if got := p.forMode(mode); got.Want.String() != want.String() || got.ByMode != nil {
+			t.Errorf("mode %s: want %s, got %s (by mode %v)", mode, want, got.Want, got.ByMode)
+		}
+	}
+	for name, want := range map[string]Want{"kube-proxy/nftables": Dropped, "kube-proxy/iptables": Refused, "other/iptables": Pods("pod-a")} {
+		if got := p.forProxy(name); got.Want.String() != want.String() {
+			t.Errorf("for %s: want %s, got %s", name, want, got.Want)
+		}
+	}
+	for _, bad := range [][]ModeWant{{{Mode: "userspace", Want: Dropped, Why: "x"}}, {{Mode: IPVS, Want: Dropped}},
+		{{Mode: IPVS, Want: Dropped, Why: "x"}, {Mode: IPVS, Want: Refused, Why: "y"}}, {{Mode: IPVS, Want: Dropped, Source: "node", Why: "x"}}} {
+		p.ByMode = bad
+		if err := p.validate(); err == nil {
+			t.Errorf("%+v: accepted", bad)
+		}
+	}
+}
+
+// TestRefusedBySender checks that Refused fails on a datagram the
+// prober's own namespace rejected (EPERM, then the ICMP error), which
+// RefusedAtSend wants instead.
+func TestRefusedBySender(t *testing.T) {
+	sent := fmt.Errorf("udp: %w: %w", netns.ErrRefused, syscall.ECONNREFUSED)
+	local := fmt.Errorf("udp: %w: %w: %w", netns.ErrRefused, netns.ErrSendRejected, syscall.EPERM)
+	for _, c := range []struct {
+		want Want
+		err  error
+		bad  bool
+	}{{Refused, sent, false}, {Refused, local, true}, {RefusedAtSend, local, false}, {RefusedAtSend, sent, true}} {
+		if got := c.want.contradicts(outcome{err: c.err}); got != c.bad {
+			t.Errorf("%s with %v: contradicts %v, want %v", c.want, c.err, got, c.bad)
+		}
+	}
+	if err := (Probe{From: "node", To: "node:30080", Want: RefusedAtSend}).validate(); err == nil {
+		t.Error("RefusedAtSend for a TCP probe: accepted")
 	}
 }

@@ -27,6 +27,12 @@ var (
 	ErrUnreachable = errors.New("netns: unreachable")
 	// ErrTimeout means nothing came back before the context's deadline.
 	ErrTimeout = errors.New("netns: timed out")
+	// ErrSendRejected means a rule of the sender's own namespace refused
+	// the datagram on its way out: the send failed with EPERM. It comes
+	// with what the read after it gave, ErrRefused (a reject's ICMP error
+	// queued for the socket) or ErrTimeout (a drop). A refusal by another
+	// namespace, the datagram having left, never carries it.
+	ErrSendRejected = errors.New("netns: rejected by the sender's own rules")
 )
 
 // Answer is what a pod server replied: who answered and whom it saw.
@@ -204,7 +210,7 @@ func (c *UDPConn) LocalAddr() netip.AddrPort {
 // errors left over from earlier, timed-out exchanges are discarded first.
 // A datagram rejected by a rule in the sender's own namespace (the send
 // fails with EPERM) still reads as ErrRefused once the reject's ICMP error
-// arrives.
+// arrives, and as ErrSendRejected too.
 func (c *UDPConn) Ask(ctx context.Context) (Answer, error) {
 	if err := c.drain(); err != nil {
 		return Answer{}, err
@@ -289,7 +295,9 @@ func bindContext(ctx context.Context, c net.Conn) (release func()) {
 	}
 }
 
-// probeError describes a failed probe and wraps the matching sentinel.
+// probeError describes a failed probe and wraps the matching sentinels:
+// one of ErrRefused, ErrUnreachable and ErrTimeout, and ErrSendRejected
+// when the send failed with EPERM.
 func probeError(ctx context.Context, proto string, n *Namespace, addr netip.AddrPort, err error) error {
 	var kind error
 	var ne net.Error
@@ -300,7 +308,11 @@ func probeError(ctx context.Context, proto string, n *Namespace, addr netip.Addr
 		kind = ErrUnreachable
 	case ctx.Err() != nil, errors.As(err, &ne) && ne.Timeout():
 		kind = ErrTimeout
-	default:
+	}
+	if errors.Is(err, syscall.EPERM) {
+		err = fmt.Errorf("%w: %w", ErrSendRejected, err)
+	}
+	if kind == nil {
 		return fmt.Errorf("%s %s from %s: %w", proto, addr, n.Name, err)
 	}
 	return fmt.Errorf("%s %s from %s: %w: %w", proto, addr, n.Name, kind, err)

@@ -56,6 +56,11 @@ func TestRejectIsRefusedAtOnce(t *testing.T) {
 			if took := time.Since(start); !errors.Is(err, ErrRefused) || took > 200*time.Millisecond {
 				t.Fatalf("udp probe %d from %s: got %v after %v, want ErrRefused at once", i, ns.Name, err, took)
 			}
+			// The node's own datagram is rejected on its way out: the send
+			// fails, which the refusal says.
+			if local := errors.Is(err, ErrSendRejected); local != (ns == topo.Node) {
+				t.Fatalf("udp probe %d from %s: got %v; want ErrSendRejected only from the node", i, ns.Name, err)
+			}
 		}
 	}
 }
