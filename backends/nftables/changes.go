@@ -23,7 +23,7 @@ type state struct {
 	services  map[plan.Key]*serviceState
 	maps      map[mapID]int     // entries drawing from each endpoints map
 	chains    map[pickSpec]int  // elements sending packets to each pick chain
-	hairpin   map[addrKey]int32 // references per endpoint address (eachHairpin)
+	hairpin   map[hairpinKey]int32 // references per local endpoint (eachHairpin)
 	clusterIP map[addrKey]int32 // service ports per cluster IP
 	podCIDRs  []netip.Prefix    // what the pod-cidrs set holds
 	nodeAddrs []netip.Prefix    // what the nodeport-cidrs set holds with NodePortPrimary
@@ -38,7 +38,7 @@ type state struct {
 
 func newState() *state {
 	return &state{services: map[plan.Key]*serviceState{}, maps: map[mapID]int{}, chains: map[pickSpec]int{},
-		hairpin: map[addrKey]int32{}, clusterIP: map[addrKey]int32{}, ranged: map[plan.Key]struct{}{}}
+		hairpin: map[hairpinKey]int32{}, clusterIP: map[addrKey]int32{}, ranged: map[plan.Key]struct{}{}}
 }
 
 // changes is a pending update of state: it is merged only after the kernel
@@ -54,8 +54,8 @@ type changes struct {
 	services     map[plan.Key]*serviceState // nil value: deleted
 	maps         map[mapID]int
 	chains       map[pickSpec]int
-	hairpin      counts
-	clusterIP    counts
+	hairpin      counts[hairpinKey]
+	clusterIP    counts[addrKey]
 	// sticky holds the service ports whose sticky objects change.
 	sticky       []stickyChange
 	podCIDRs     []netip.Prefix
@@ -81,7 +81,7 @@ type stickyChange struct{ old, cur *serviceState }
 
 func newChanges(base *state, l *layout) *changes {
 	return &changes{fam: l.fam, table: l.table, plainBuckets: l.opts.PlainBuckets, base: base, services: map[plan.Key]*serviceState{},
-		maps: map[mapID]int{}, chains: map[pickSpec]int{}, hairpin: newCounts(), clusterIP: newCounts(),
+		maps: map[mapID]int{}, chains: map[pickSpec]int{}, hairpin: newCounts[hairpinKey](), clusterIP: newCounts[addrKey](),
 		del: map[string]*elemList{}, add: map[string]*elemList{}, mapLists: map[mapList]*elemList{},
 		pickChains: map[pickSpec]string{}}
 }
@@ -99,8 +99,8 @@ func (c *changes) presize(p *plan.Plan) {
 		}
 	}
 	c.services = make(map[plan.Key]*serviceState, len(p.Services))
-	c.hairpin = counts{m: make(map[addrKey]int32, eps), order: make([]addrKey, 0, eps)}
-	c.clusterIP = counts{m: make(map[addrKey]int32, len(p.Services)), order: make([]addrKey, 0, len(p.Services))}
+	c.hairpin = counts[hairpinKey]{m: make(map[hairpinKey]int32, eps), order: make([]hairpinKey, 0, eps)}
+	c.clusterIP = counts[addrKey]{m: make(map[addrKey]int32, len(p.Services)), order: make([]addrKey, 0, len(p.Services))}
 }
 
 // list returns the list of elements to add to set, or with del set to
@@ -238,31 +238,30 @@ func (c *changes) refcounts(old, cur *serviceState, was, now []draw) {
 		c.maps[d.mapID()] = count(c.maps, c.base.maps, d.mapID()) + 1
 	}
 	if old != nil {
-		old.eachHairpin(func(a netip.Addr) { c.hairpin.move(c.base.hairpin, a, -1) })
+		old.eachHairpin(func(k hairpinKey) { c.hairpin.move(c.base.hairpin, k, -1) })
 		for _, a := range old.ips {
-			c.clusterIP.move(c.base.clusterIP, a, -1)
+			c.clusterIP.move(c.base.clusterIP, addrKeyOf(a), -1)
 		}
 	}
 	if cur != nil {
-		cur.eachHairpin(func(a netip.Addr) { c.hairpin.move(c.base.hairpin, a, 1) })
+		cur.eachHairpin(func(k hairpinKey) { c.hairpin.move(c.base.hairpin, k, 1) })
 		for _, a := range cur.ips {
-			c.clusterIP.move(c.base.clusterIP, a, 1)
+			c.clusterIP.move(c.base.clusterIP, addrKeyOf(a), 1)
 		}
 	}
 }
 
 // counts is a pending update of reference counts, in the order its keys
 // were first touched.
-type counts struct {
-	m     map[addrKey]int32
-	order []addrKey
+type counts[K comparable] struct {
+	m     map[K]int32
+	order []K
 }
 
-func newCounts() counts { return counts{m: map[addrKey]int32{}} }
+func newCounts[K comparable]() counts[K] { return counts[K]{m: map[K]int32{}} }
 
-// move adds d to the count of a, starting from the committed one.
-func (p *counts) move(base map[addrKey]int32, a netip.Addr, d int32) {
-	k := addrKeyOf(a)
+// move adds d to the count of k, starting from the committed one.
+func (p *counts[K]) move(base map[K]int32, k K, d int32) {
 	n, ok := p.m[k]
 	if !ok {
 		n = base[k]
@@ -290,8 +289,8 @@ func (c *changes) write(t *txn, l *layout) {
 	for _, sc := range c.sticky {
 		l.addSticky(t, sc.old, sc.cur)
 	}
-	c.counted(setHairpin, &c.hairpin, c.base.hairpin, true)
-	c.counted(setClusterIPs, &c.clusterIP, c.base.clusterIP, false)
+	counted(c, setHairpin, &c.hairpin, c.base.hairpin, hairpinKey.element)
+	counted(c, setClusterIPs, &c.clusterIP, c.base.clusterIP, addrKey.element)
 	for _, name := range sortedKeys(c.del) {
 		t.elems(c.del[name])
 	}
@@ -333,23 +332,41 @@ func sortedSpecs(m map[pickSpec]int) []pickSpec {
 	return specs
 }
 
-// counted adds to set the element of each address whose count rises from
-// zero, and deletes that of each whose count falls to zero; pair makes the
-// element "address . address" (the hairpin set's).
-func (c *changes) counted(set string, pending *counts, base map[addrKey]int32, pair bool) {
-	for i := range pending.order {
-		k := &pending.order[i]
-		was, now := base[*k], pending.m[*k]
+// counted adds to set the element of each key whose count rises from
+// zero, and deletes that of each whose count falls to zero; key appends a
+// key's element bytes.
+func counted[K comparable](c *changes, set string, pending *counts[K], base map[K]int32, key func(K, *family, []byte) []byte) {
+	for _, k := range pending.order {
+		was, now := base[k], pending.m[k]
 		if (was == 0) == (now == 0) {
 			continue
 		}
-		var b [32]byte
-		e := element{key: append(b[:0], k.bytes(c.fam)...)}
-		if pair {
-			e.key = append(e.key, k.bytes(c.fam)...)
-		}
+		var b [48]byte
+		e := element{key: key(k, c.fam, b[:0])}
 		c.list(set, was > 0).add(&e)
 	}
+}
+
+// element appends the address as the cluster-ips set's element key.
+func (k addrKey) element(f *family, b []byte) []byte { return append(b, k.bytes(f)...) }
+
+// hairpinKey is a local endpoint as the hairpin set keys it, the packet's
+// "saddr . daddr . l4proto . dport" after DNAT when the endpoint reaches
+// itself: kube-proxy's hairpin-connections key.
+type hairpinKey struct {
+	addr  addrKey
+	proto plan.Protocol
+	port  uint16
+}
+
+// element appends the hairpin set's element key.
+func (k hairpinKey) element(f *family, b []byte) []byte {
+	a := netip.AddrFrom16(k.addr)
+	if f.addrLen == 4 {
+		a = a.Unmap()
+	}
+	ek := ipElemKey(a, k.proto, k.port)
+	return append(append(b, k.addr.bytes(f)...), ek.bytes()...)
 }
 
 // commit merges the changes into their base state.

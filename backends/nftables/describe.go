@@ -31,7 +31,7 @@ func describe(n int, set string, e element) string {
 	case len(e.key) == ipKey:
 		s = fmt.Sprintf("%s . %s . %d", addrAt(e.key, 0, n), protoText(e.key[n]), binary.BigEndian.Uint16(e.key[n+4:]))
 	case set == setHairpin:
-		s = fmt.Sprintf("%s . %s", addrAt(e.key, 0, n), addrAt(e.key, n, n))
+		s = fmt.Sprintf("%s . %s", addrAt(e.key, 0, n), describe(n, "", element{key: e.key[n:]}))
 	case len(e.key) == 8:
 		s = fmt.Sprintf("%s . %d", protoText(e.key[0]), binary.BigEndian.Uint16(e.key[4:]))
 	case e.intervalEnd:

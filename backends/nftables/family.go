@@ -84,8 +84,9 @@ func (f *family) addrPortType() nftables.SetDatatype {
 	return nftables.MustConcatSetType(f.addrType, nftables.TypeInetService)
 }
 
-func (f *family) addrAddrType() nftables.SetDatatype {
-	return nftables.MustConcatSetType(f.addrType, f.addrType)
+// hairpinType is the hairpin set's key: "saddr . daddr . l4proto . dport".
+func (f *family) hairpinType() nftables.SetDatatype {
+	return nftables.MustConcatSetType(f.addrType, f.addrType, nftables.TypeInetProto, nftables.TypeInetService)
 }
 
 func (f *family) allowType() nftables.SetDatatype {

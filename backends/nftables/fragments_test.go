@@ -567,7 +567,7 @@ func TestFragmentTexts(t *testing.T) {
 			verdictDrop(), jumpTo(chainServices), rejectWithReset(), f.rejectUnreachable(), masqueradeFully(),
 			f.dnatTo(ep), f.serviceKey().in(setNoEPIPs), f.serviceKey().notIn(setFirewallIPs),
 			f.serviceKey().vmap(setServiceIPs), nodePortKey().in(setDropNodePorts), nodePortKey().vmap(setNodePorts),
-			f.daddrKey().in(setClusterIPs), f.saddrKey().notIn(setPodCIDRs), keyOf(f.saddrField(), f.daddrField()).in(setHairpin),
+			f.daddrKey().in(setClusterIPs), f.saddrKey().notIn(setPodCIDRs), keyOf(append([]field{f.saddrField()}, f.serviceFields()...)...).in(setHairpin),
 			keyOf(append(f.serviceFields(), f.saddrField())...).notIn(setFirewallAllow),
 			affinity.in(setAffinity), affinity.update(setAffinity, 30), pick.dnatVia(f, "endpoints-3"),
 			join(ctNew(), toLocal(), verdictDrop()),

@@ -31,7 +31,7 @@ const (
 	setClusterCIDRs  = "cluster-cidrs"
 	setPodCIDRs      = "pod-cidrs" // this Node's spec.podCIDRs, for DetectNodeCIDR
 	setNodePortCIDRs = "nodeport-cidrs"
-	setHairpin       = "hairpin"        // endpoint address . same address
+	setHairpin       = "hairpin"        // local endpoint address . same address . proto . port
 	setFirewallIPs   = "firewall-ips"   // load-balancer IP . proto . port with source ranges
 	setFirewallAllow = "firewall-allow" // the same . allowed source range (intervals)
 	chainFirewall    = "firewall-check"
@@ -110,7 +110,7 @@ func (l *layout) base(t *txn, refill bool) {
 		l.set(setNoEPNodePorts, portKeyType),
 		l.set(setDropIPs, l.fam.ipKeyType()),
 		l.set(setDropNodePorts, portKeyType),
-		l.set(setHairpin, l.fam.addrAddrType()),
+		l.set(setHairpin, l.fam.hairpinType()),
 		l.dataMap(setShortIPs, l.fam.ipKeyType(), nftables.TypeVerdict),
 		l.dataMap(setShortNodePorts, portKeyType, nftables.TypeVerdict),
 		l.set(setFirewallIPs, l.fam.ipKeyType()),
@@ -307,7 +307,7 @@ func (l *layout) nodePortMatch() match {
 func (l *layout) masqueradeRules(t *txn) {
 	c := l.chain(chainMasquerade)
 	t.addRule(c, markedForMasquerade(), unmarkMasquerade(), masqueradeFully())
-	hairpin := keyOf(l.fam.saddrField(), l.fam.daddrField()).in(setHairpin)
+	hairpin := keyOf(append([]field{l.fam.saddrField()}, l.fam.serviceFields()...)...).in(setHairpin)
 	t.addRule(c, ctDNATed(), hairpin, masqueradeFully())
 }
 

@@ -37,10 +37,10 @@ func (e elementEvent) bucketOf(keys ...[]byte) bool {
 	return false
 }
 
-// hairpinOf reports whether the element is the hairpin entry of one of addrs:
-// key "address . address", no value.
+// hairpinOf reports whether the element is a hairpin entry of one of
+// addrs: key "address . address . proto . port", no value.
 func (e elementEvent) hairpinOf(addrs ...netip.Addr) bool {
-	if len(e.key) != 8 || len(e.val) != 0 || string(e.key[:4]) != string(e.key[4:]) {
+	if len(e.key) != 16 || len(e.val) != 0 || string(e.key[:4]) != string(e.key[4:8]) {
 		return false
 	}
 	for _, a := range addrs {

@@ -191,18 +191,18 @@ func gcd(a, b uint64) uint64 {
 	return a
 }
 
-// eachHairpin calls fn with the addresses of the state's pools that are
-// on this node, once per run of buckets at one address: a reference count
-// moved from one state to another with it stays zero exactly when no
-// state has the address.
-func (s *serviceState) eachHairpin(fn func(netip.Addr)) {
+// eachHairpin calls fn with the endpoints of the state's pools that are
+// on this node, once per run of buckets at one endpoint: a reference
+// count moved from one state to another with it stays zero exactly when
+// no state has the endpoint.
+func (s *serviceState) eachHairpin(fn func(hairpinKey)) {
 	if len(s.local) == 0 {
 		return
 	}
 	for _, p := range s.pools() {
 		for i, b := range p.buckets {
-			if (i == 0 || p.buckets[i-1].Addr() != b.Addr()) && slices.Contains(s.local, b.Addr()) {
-				fn(b.Addr())
+			if (i == 0 || p.buckets[i-1] != b) && slices.Contains(s.local, b.Addr()) {
+				fn(hairpinKey{addr: addrKeyOf(b.Addr()), proto: s.proto, port: b.Port()})
 			}
 		}
 	}
