@@ -350,3 +350,32 @@ func decided(eps []discoveryv1.Endpoint) bool {
 	}
 	return same(live) && (len(live) > 0 || same(term))
 }
+
+// TestStickyOutcome checks how a sticky probe's outcome leaves chance
+// out: the pod it stuck to is not named, and from a pod that is itself an
+// endpoint, sticking to another pod and sticking to itself unanswered
+// read the same.
+func TestStickyOutcome(t *testing.T) {
+	namer := func(a netip.Addr) string { return "node" }
+	run := func(p Probe, pod string, err error) string {
+		tl := newTally()
+		for range stickyAttempts {
+			tl.add(netns.Answer{Pod: pod, Source: netip.MustParseAddrPort("172.30.0.1:1")}, err, namer)
+		}
+		return tl.outcome(p).String()
+	}
+	client := Probe{From: "client", Sticky: true, Candidates: []string{"pod-a", "pod-b"}}
+	self := Probe{From: "pod-a", Sticky: true, Candidates: []string{"pod-a", "pod-b"}}
+	if a, b := run(client, "pod-a", nil), run(client, "pod-b", nil); a != b || !strings.Contains(a, "(one pod)") {
+		t.Errorf("from the client: %q and %q, want both one pod", a, b)
+	}
+	if a, b := run(self, "pod-b", nil), run(self, "", netns.ErrTimeout); a != b {
+		t.Errorf("from an endpoint: another pod %q, itself unanswered %q, want the same", a, b)
+	}
+	if a, b := run(self, "pod-b", nil), run(self, "", netns.ErrRefused); a == b {
+		t.Errorf("from an endpoint: refused reads as %q, like an answer", b)
+	}
+	if a, b := run(client, "pod-b", nil), run(client, "", netns.ErrTimeout); a == b {
+		t.Errorf("from the client: a timeout reads as %q, like an answer", b)
+	}
+}

@@ -23,7 +23,7 @@ import (
 type Outcome struct {
 	// Pods are the pods that answered, sorted; for a sticky probe that one
 	// pod answered everything, the single name "(one pod)", since which
-	// pod a client sticks to is chance.
+	// pod a client sticks to is chance (see tally.outcome).
 	Pods []string
 	// Sources are the client addresses the pods saw, named: client, node,
 	// pod-a..., loopback, gateway, else the address.
@@ -127,13 +127,16 @@ func (t *tally) add(a netns.Answer, err error, namer func(netip.Addr) string) {
 
 func (t *tally) outcome(p Probe) Outcome {
 	o := Outcome{Pods: sortedKeys(t.pods), Sources: sortedKeys(t.sources), Fails: sortedKeys(t.fails), Example: t.example}
-	if p.Sticky && len(o.Pods) == 1 {
+	switch {
+	case !p.Sticky:
+	case slices.Contains(p.Candidates, p.From) && (len(o.Pods) == 1 && len(o.Fails) == 0 || len(o.Pods) == 0 && slices.Equal(o.Fails, []string{"timeout"})):
+		// Whether a pod sticks to itself or to another is chance, and
+		// with it the source seen, or whether it reaches itself at all
+		// (the hairpin of an endpoint placed elsewhere is not
+		// masqueraded): the non-sticky probes compare those.
+		o.Pods, o.Sources, o.Fails = []string{"(one pod, or itself unanswered)"}, nil, nil
+	case len(o.Pods) == 1:
 		o.Pods = []string{"(one pod)"}
-		if slices.Contains(p.Candidates, p.From) {
-			// Whether the pod stuck to itself (hairpin, masqueraded) or
-			// to another is chance, and with it the source seen.
-			o.Sources = []string{"(not compared)"}
-		}
 	}
 	return o
 }
