@@ -98,7 +98,7 @@ func coverSlice(seen map[string]bool, sl *discoveryv1.EndpointSlice) {
 	seen["headless slice"] = seen["headless slice"] || headless
 	seen["no endpoints"] = seen["no endpoints"] || len(sl.Endpoints) == 0
 	for _, p := range sl.Ports {
-		seen["unresolved port"] = seen["unresolved port"] || *p.Name == "elsewhere"
+		seen["unresolved port"] = seen["unresolved port"] || strings.HasPrefix(*p.Name, "elsewhere")
 	}
 	for _, ep := range sl.Endpoints {
 		c := ep.Conditions
@@ -160,6 +160,22 @@ func TestGenerateAllocatesOnce(t *testing.T) {
 					t.Errorf("seed %d: %s has node port %d", seed, s.Name, p)
 				}
 				claim(fmt.Sprint("node port ", p), s.Name)
+			}
+		}
+	}
+}
+
+// TestGenerateSlicePortsAreUnique checks what the API server requires of
+// a slice's ports: distinct names.
+func TestGenerateSlicePortsAreUnique(t *testing.T) {
+	for seed := int64(1); seed <= 200; seed++ {
+		for _, sl := range Generate(seed).Slices {
+			names := map[string]bool{}
+			for _, p := range sl.Ports {
+				if names[*p.Name] {
+					t.Errorf("seed %d: slice %s has two ports named %q", seed, sl.Name, *p.Name)
+				}
+				names[*p.Name] = true
 			}
 		}
 	}

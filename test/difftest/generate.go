@@ -341,7 +341,7 @@ func (g *generator) slicePorts(svc *corev1.Service) []discoveryv1.EndpointPort {
 		}
 		name := sp.Name
 		if g.chance(0.08) {
-			name = "elsewhere"
+			name = fmt.Sprintf("elsewhere%d", j) // a slice's port names are unique
 		}
 		out = append(out, discoveryv1.EndpointPort{Name: ptr(name), Port: ptr(port), Protocol: ptr(sp.Protocol)})
 	}
