@@ -116,7 +116,7 @@ func runAll(ctx context.Context, cfg difftest.Config, seeds []int64, modes []str
 		}
 	}
 	table := difftest.Table(results, fmt.Sprintf("go run ./hack/difftest --seeds %s --modes %s",
-		strings.Join(seedStrings(seeds), ","), strings.Join(modes, ",")), time.Since(begin))
+		flag.Lookup("seeds").Value, strings.Join(modes, ",")), time.Since(begin))
 	fmt.Println(table)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err == nil {
 		err = os.WriteFile(out, []byte(table), 0o644)
@@ -147,14 +147,6 @@ func parseSeeds(s string) ([]int64, error) {
 		}
 	}
 	return out, nil
-}
-
-func seedStrings(seeds []int64) []string {
-	out := make([]string, len(seeds))
-	for i, s := range seeds {
-		out[i] = strconv.FormatInt(s, 10)
-	}
-	return out
 }
 
 // parseModes checks a comma-separated list of modes.
