@@ -21,12 +21,12 @@ func (k *addrKey) bytes(f *family) []byte { return k[16-f.addrLen:] }
 // state is everything the backend has committed to the kernel.
 type state struct {
 	services  map[plan.Key]*serviceState
-	maps      map[mapID]int     // entries drawing from each endpoints map
-	chains    map[pickSpec]int  // elements sending packets to each pick chain
+	maps      map[mapID]int        // entries drawing from each endpoints map
+	chains    map[pickSpec]int     // elements sending packets to each pick chain
 	hairpin   map[hairpinKey]int32 // references per local endpoint (eachHairpin)
-	clusterIP map[addrKey]int32 // service ports per cluster IP
-	podCIDRs  []netip.Prefix    // what the pod-cidrs set holds
-	nodeAddrs []netip.Prefix    // what the nodeport-cidrs set holds with NodePortPrimary
+	clusterIP map[addrKey]int32    // service ports per cluster IP
+	podCIDRs  []netip.Prefix       // what the pod-cidrs set holds
+	nodeAddrs []netip.Prefix       // what the nodeport-cidrs set holds with NodePortPrimary
 	// serviceCIDRs is what the service-cidrs set holds.
 	serviceCIDRs []netip.Prefix
 	// nodeIP is the node's IP the services' source ranges were written
